@@ -1,0 +1,128 @@
+"""The `draftzoo` command line.
+
+draftzoo testbed build --size tiny --output-dir runs/testbed-tiny
+draftzoo testbed info
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+
+logger = logging.getLogger("draftzoo")
+
+
+def _testbed_build(args: argparse.Namespace) -> int:
+    from draftzoo.eval.lm_quality import measure_continuations
+    from draftzoo.train.distributed import partial_state
+    from draftzoo.train.testbed import build_testbed, load_testbed_config, write_record
+
+    config = load_testbed_config(args.config or args.size)
+    output_dir = Path(args.output_dir or f"runs/{config.name}")
+    record = build_testbed(config, output_dir, args.cache_dir)
+    if partial_state().is_main_process:
+        record["greedy"] = measure_continuations(output_dir, max_new_tokens=args.quality_tokens)
+        write_record(output_dir, record)
+        _print_testbed(output_dir, record)
+    return 0
+
+
+def _print_testbed(path: Path, record: dict) -> None:
+    print(f"testbed:           {record['name']}  ({path})")
+    print(f"parameters:        {record['parameters'] / 1e6:.2f}M")
+    print(
+        f"training tokens:   {record['training_tokens'] / 1e6:.1f}M "
+        f"({record['training_steps']} steps, {record['processes']} process(es))"
+    )
+    print(
+        f"held-out loss:     {record['heldout_loss']:.3f} nats "
+        f"(unigram {record['unigram_loss']:.3f}, ratio {record['loss_ratio']:.3f})"
+    )
+    greedy = record.get("greedy")
+    if greedy:
+        print(
+            f"greedy repeated-4-gram share: {greedy['repeated_4gram_share']:.3f} over "
+            f"{greedy['prompts']} HumanEval prompts x {greedy['max_new_tokens']} tokens"
+        )
+
+
+def _testbed_info(args: argparse.Namespace) -> int:
+    from draftzoo.train.testbed import committed_testbed_dir, read_record
+
+    path = Path(args.path) if args.path else committed_testbed_dir()
+    record = read_record(path)
+    if args.json:
+        print(json.dumps(record, indent=2))
+    else:
+        _print_testbed(path, record)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every subcommand."""
+    parser = argparse.ArgumentParser(
+        prog="draftzoo", description="Train, measure and serve speculative-decoding drafters."
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    testbed = commands.add_parser(
+        "testbed", help="the small trained target that tests, demos and benchmarks use"
+    )
+    testbed_commands = testbed.add_subparsers(dest="testbed_command", required=True)
+    build = testbed_commands.add_parser(
+        "build",
+        help="build a testbed target from local Python source",
+        description="Build the corpus and tokenizer, pretrain the target, measure it. "
+        "Use both CPU cores through DDP with: ACCELERATE_USE_CPU=1 accelerate launch "
+        "--multi_gpu --num_processes 2 -m draftzoo.cli testbed build --size small",
+    )
+    build.add_argument("--size", default="tiny", help="testbed size: tiny or small (default tiny)")
+    build.add_argument("--config", help="a testbed recipe YAML instead of --size")
+    build.add_argument("--output-dir", help="where the target goes (default runs/<name>)")
+    build.add_argument(
+        "--cache-dir",
+        type=Path,
+        help="prepared data and checkpoints "
+        "(default $DRAFTZOO_CACHE/testbed or ~/.cache/draftzoo/testbed)",
+    )
+    build.add_argument(
+        "--quality-tokens",
+        type=int,
+        default=128,
+        help="tokens per greedy continuation when measuring repetition",
+    )
+    build.set_defaults(func=_testbed_build)
+
+    info = testbed_commands.add_parser(
+        "info", help="print what a built testbed is (default: the committed testbed-small)"
+    )
+    info.add_argument("path", nargs="?", help="a built testbed folder")
+    info.add_argument("--json", action="store_true", help="print the whole record as JSON")
+    info.set_defaults(func=_testbed_info)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the `draftzoo` command."""
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    from draftzoo.architectures.config_io import ConfigError
+    from draftzoo.data.corpus import CorpusError
+    from draftzoo.train.testbed import TestbedError
+
+    try:
+        return args.func(args)
+    except (ConfigError, CorpusError, TestbedError, FileNotFoundError) as err:
+        print(f"draftzoo: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

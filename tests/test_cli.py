@@ -1,0 +1,48 @@
+import subprocess
+import sys
+
+import pytest
+
+from draftzoo.cli import build_parser, main
+
+SUBCOMMANDS = [[], ["testbed"], ["testbed", "build"], ["testbed", "info"]]
+
+
+@pytest.mark.parametrize("words", SUBCOMMANDS)
+def test_every_subcommand_has_help(words, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        build_parser().parse_args([*words, "--help"])
+    assert exit_info.value.code == 0
+    assert "usage: draftzoo" in capsys.readouterr().out
+
+
+def test_console_script_runs():
+    out = subprocess.run(["draftzoo", "--help"], capture_output=True, text=True, check=True)
+    assert "testbed" in out.stdout
+
+
+def test_unknown_size_fails_with_one_clear_message(capsys):
+    assert main(["testbed", "build", "--size", "huge"]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == "draftzoo: error: unknown testbed size 'huge'; known sizes: tiny, small"
+
+
+def test_info_on_a_folder_that_is_not_a_testbed(tmp_path, capsys):
+    assert main(["testbed", "info", str(tmp_path)]) == 2
+    assert "is not a built testbed (testbed.json missing)" in capsys.readouterr().err
+
+
+def test_info_prints_size_and_heldout_loss(testbed_tiny, capsys):
+    assert main(["testbed", "info", str(testbed_tiny[0])]) == 0
+    out = capsys.readouterr().out
+    assert "parameters:" in out and "held-out loss:" in out and "unigram" in out
+
+
+def test_committed_small_testbed_info():
+    out = subprocess.run(
+        [sys.executable, "-m", "draftzoo.cli", "testbed", "info"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "testbed-small" in out and "held-out loss:" in out
