@@ -61,6 +61,41 @@ def _testbed_info(args: argparse.Namespace) -> int:
     return 0
 
 
+def _generate(args: argparse.Namespace) -> int:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from draftzoo.inference.generate import SpeculativeGenerator
+    from draftzoo.inference.proposers import DraftModelProposer, PromptLookupProposer
+    from draftzoo.inference.sampling import SamplingParams
+    from draftzoo.train.testbed import committed_testbed_dir
+
+    params = SamplingParams(
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        max_new_tokens=args.max_new_tokens,
+        stop_strings=tuple(args.stop),
+        seed=args.seed,
+    )
+    target_path = args.target or committed_testbed_dir()
+    tokenizer = AutoTokenizer.from_pretrained(target_path)
+    target = AutoModelForCausalLM.from_pretrained(target_path, dtype=torch.float32)
+    proposer = None
+    if args.prompt_lookup:
+        proposer = PromptLookupProposer(args.min_ngram, args.max_ngram)
+    elif args.draft:
+        draft = AutoModelForCausalLM.from_pretrained(args.draft, dtype=torch.float32)
+        proposer = DraftModelProposer(draft, AutoTokenizer.from_pretrained(args.draft), tokenizer)
+    generator = SpeculativeGenerator(target, tokenizer, proposer, args.num_speculative_tokens)
+    out = generator.generate(args.prompt, params)
+    print(args.prompt + out.text)
+    print(f"--- finish: {out.finish_reason}")
+    for key, value in out.metrics.summary().items():
+        print(f"{key}: {value}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
     parser = argparse.ArgumentParser(
@@ -103,6 +138,30 @@ def build_parser() -> argparse.ArgumentParser:
     info.add_argument("path", nargs="?", help="a built testbed folder")
     info.add_argument("--json", action="store_true", help="print the whole record as JSON")
     info.set_defaults(func=_testbed_info)
+
+    gen = commands.add_parser(
+        "generate",
+        help="generate with the speculative runtime and print the text and its metrics",
+        description="Target-only decoding unless --draft or --prompt-lookup is given. "
+        "Greedy at --temperature 0; sampling is lossless (rejection sampling).",
+    )
+    gen.add_argument("--target", help="target model folder (default: the committed testbed-small)")
+    drafts = gen.add_mutually_exclusive_group()
+    drafts.add_argument("--draft", help="a draft causal LM sharing the target's tokenizer")
+    drafts.add_argument("--prompt-lookup", action="store_true", help="n-gram prompt-lookup drafts")
+    gen.add_argument("--min-ngram", type=int, default=1, help="prompt lookup: shortest n-gram")
+    gen.add_argument("--max-ngram", type=int, default=3, help="prompt lookup: longest n-gram")
+    gen.add_argument("--prompt", required=True, help="the prompt text")
+    gen.add_argument(
+        "--num-speculative-tokens", type=int, default=4, help="draft tokens per round (gamma)"
+    )
+    gen.add_argument("--max-new-tokens", type=int, default=128, help="tokens to generate at most")
+    gen.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    gen.add_argument("--top-k", type=int, default=0, help="0 = no top-k cut")
+    gen.add_argument("--top-p", type=float, default=1.0, help="1 = no nucleus cut")
+    gen.add_argument("--seed", type=int, help="sampling seed")
+    gen.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    gen.set_defaults(func=_generate)
     return parser
 
 
@@ -115,11 +174,21 @@ def main(argv: list[str] | None = None) -> int:
     )
     from draftzoo.architectures.config_io import ConfigError
     from draftzoo.data.corpus import CorpusError
+    from draftzoo.inference.generate import GenerationError
+    from draftzoo.inference.proposers import ProposerError
     from draftzoo.train.testbed import TestbedError
 
+    user_errors = (
+        ConfigError,
+        CorpusError,
+        TestbedError,
+        GenerationError,
+        ProposerError,
+        FileNotFoundError,
+    )
     try:
         return args.func(args)
-    except (ConfigError, CorpusError, TestbedError, FileNotFoundError) as err:
+    except user_errors as err:
         print(f"draftzoo: error: {err}", file=sys.stderr)
         return 2
 

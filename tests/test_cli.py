@@ -5,7 +5,7 @@ import pytest
 
 from draftzoo.cli import build_parser, main
 
-SUBCOMMANDS = [[], ["testbed"], ["testbed", "build"], ["testbed", "info"]]
+SUBCOMMANDS = [[], ["testbed"], ["testbed", "build"], ["testbed", "info"], ["generate"]]
 
 
 @pytest.mark.parametrize("words", SUBCOMMANDS)

@@ -1,0 +1,80 @@
+"""Acceptance: which draft tokens the target keeps, and the token it adds.
+
+Greedy: walk down the tree while a child equals the target's argmax; the target's argmax at
+the first mismatch (or after the last accepted node) is the correction / bonus token.
+
+Sampling (lossless): at each node, test its children in order. A child x drawn from q is
+accepted with probability min(1, p(x) / q(x)); on rejection p becomes normalize(max(0, p - q))
+for the next sibling (SpecInfer's recursive rejection, siblings drawn i.i.d. from q). A child
+from a deterministic proposer is the same rule with q one-hot at x: accepted with probability
+p(x), after which x is removed from p. When every child is rejected, the next token is sampled
+from what remains of p; after a fully accepted path, the bonus token is sampled from p at the
+leaf. Each step is exact, so the output is distributed as target-only sampling.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .sampling import SamplingParams, probabilities, sample
+from .tree import Proposal
+
+
+def accept_greedy(target_argmax: list[int], proposal: Proposal) -> tuple[list[int], int]:
+    """Greedy acceptance. `target_argmax[s]` is the target's argmax at slot s (0 = root)."""
+    accepted: list[int] = []
+    slot = 0
+    while True:
+        want = target_argmax[slot]
+        match = next((c for c in proposal.children[slot] if proposal.tokens[c] == want), None)
+        if match is None:
+            return accepted, want
+        accepted.append(match)
+        slot = match + 1
+
+
+def _residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    residual = (p - q).clamp_min(0.0)
+    total = residual.sum()
+    # p <= q everywhere means rejection had probability 0; keep p rather than divide by 0.
+    return residual / total if total > 0 else p
+
+
+def accept_sampling(
+    target_logits: torch.Tensor,  # [n+1, vocab], slot 0 = root
+    proposal: Proposal,
+    params: SamplingParams,
+    generator: torch.Generator | None,
+) -> tuple[list[int], int]:
+    """Lossless rejection-sampling acceptance over a chain or a tree."""
+    accepted: list[int] = []
+    slot = 0
+    while True:
+        p = probabilities(target_logits[slot], params)
+        for child in proposal.children[slot]:
+            token = proposal.tokens[child]
+            if proposal.draft_probs is None:
+                q = torch.zeros_like(p)
+                q[token] = 1.0
+            else:
+                q = proposal.draft_probs[child].float()
+            ratio = p[token] / q[token] if q[token] > 0 else torch.tensor(0.0)
+            if torch.rand((), generator=generator) < ratio:
+                accepted.append(child)
+                slot = child + 1
+                break
+            p = _residual(p, q)
+        else:
+            return accepted, sample(p, generator)
+
+
+def accept(
+    target_logits: torch.Tensor,
+    proposal: Proposal,
+    params: SamplingParams,
+    generator: torch.Generator | None,
+) -> tuple[list[int], int]:
+    """Accepted node indices (root to leaf) and the target's next token."""
+    if params.greedy:
+        return accept_greedy(target_logits.argmax(-1).tolist(), proposal)
+    return accept_sampling(target_logits, proposal, params, generator)

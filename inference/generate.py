@@ -1,0 +1,241 @@
+"""The generate loop: propose -> verify -> accept -> commit, one target forward per round.
+
+Target-only decoding is the same loop with an empty proposal every round, so speedups are
+measured against the same runtime. The target's KV cache holds every committed token except
+the last one (the *root*); a round feeds [root, draft nodes...] in one forward, with a tree
+attention mask and depth-based positions when the proposal branches.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from .acceptance import accept
+from .errors import GenerationError
+from .kv_cache import cache_kwargs, cache_length, crop, keep_tail
+from .proposers import Proposer
+from .sampling import SamplingParams
+from .tree import Proposal
+
+
+@dataclass
+class GenerationMetrics:
+    """Counters of one generate call, named as vLLM names its spec-decode metrics."""
+
+    num_generated_tokens: int = 0
+    num_target_forwards: int = 0  # verification forwards (prefill excluded)
+    num_drafts: int = 0  # rounds that proposed at least one token
+    num_draft_tokens: int = 0
+    num_accepted_tokens: int = 0
+    num_accepted_tokens_per_pos: list[int] = field(default_factory=list)
+    draft_seconds: float = 0.0
+    verify_seconds: float = 0.0
+    prefill_seconds: float = 0.0
+    total_seconds: float = 0.0
+
+    @property
+    def mean_acceptance_length(self) -> float:
+        """tau: tokens committed per target forward (correction/bonus token included)."""
+        return self.num_generated_tokens / max(1, self.num_target_forwards)
+
+    @property
+    def draft_acceptance_rate(self) -> float:
+        return self.num_accepted_tokens / max(1, self.num_draft_tokens)
+
+    @property
+    def acceptance_per_position(self) -> list[float]:
+        """Share of drafting rounds whose k-th draft token was accepted."""
+        return [n / max(1, self.num_drafts) for n in self.num_accepted_tokens_per_pos]
+
+    @property
+    def tokens_per_second(self) -> float:
+        decode = self.total_seconds - self.prefill_seconds
+        return self.num_generated_tokens / decode if decode > 0 else 0.0
+
+    def summary(self) -> dict:
+        """Plain numbers for printing and reports."""
+        return {
+            "num_generated_tokens": self.num_generated_tokens,
+            "num_target_forwards": self.num_target_forwards,
+            "mean_acceptance_length": round(self.mean_acceptance_length, 4),
+            "num_drafts": self.num_drafts,
+            "num_draft_tokens": self.num_draft_tokens,
+            "num_accepted_tokens": self.num_accepted_tokens,
+            "draft_acceptance_rate": round(self.draft_acceptance_rate, 4),
+            "acceptance_per_position": [round(x, 4) for x in self.acceptance_per_position],
+            "draft_seconds": round(self.draft_seconds, 4),
+            "verify_seconds": round(self.verify_seconds, 4),
+            "tokens_per_second": round(self.tokens_per_second, 2),
+        }
+
+
+@dataclass
+class GenerationOutput:
+    """Generated token ids (prompt excluded), their text, and the call's metrics."""
+
+    token_ids: list[int]
+    text: str
+    metrics: GenerationMetrics
+    finish_reason: str  # "eos", "stop_string", "length" or "context"
+
+
+def _tree_mask(proposal: Proposal, past: int, dtype: torch.dtype) -> torch.Tensor:
+    """[1, 1, n+1, past+n+1] additive mask: all past positions, then ancestors in the tree."""
+    ancestors = proposal.ancestor_mask()
+    allowed = torch.cat([torch.ones(len(ancestors), past, dtype=torch.bool), ancestors], dim=1)
+    mask = torch.zeros(allowed.shape, dtype=dtype)
+    mask.masked_fill_(~allowed, torch.finfo(dtype).min)
+    return mask[None, None]
+
+
+class SpeculativeGenerator:
+    """Generates with a target model and an optional proposer (None = target-only decoding)."""
+
+    def __init__(
+        self,
+        target,
+        tokenizer,
+        proposer: Proposer | None = None,
+        num_speculative_tokens: int = 4,
+    ) -> None:
+        if num_speculative_tokens < 0:
+            raise ValueError("num_speculative_tokens must be >= 0")
+        self.target = target.eval()
+        self.tokenizer = tokenizer
+        self.proposer = proposer
+        self.num_speculative_tokens = num_speculative_tokens
+        self.device = next(target.parameters()).device
+        self.max_positions = getattr(target.config, "max_position_embeddings", None)
+        self.eos_ids = self._eos_ids()
+
+    def _eos_ids(self) -> set[int]:
+        ids: set[int] = set()
+        generation_config = getattr(self.target, "generation_config", None)
+        configured = getattr(generation_config, "eos_token_id", None)
+        if configured is not None:
+            ids.update(configured if isinstance(configured, list) else [configured])
+        if self.tokenizer is not None and self.tokenizer.eos_token_id is not None:
+            ids.add(self.tokenizer.eos_token_id)
+        return ids
+
+    def _encode(self, prompt: str | list[int]) -> list[int]:
+        if isinstance(prompt, str):
+            if not prompt:
+                raise GenerationError("the prompt is empty")
+            ids = self.tokenizer(prompt, add_special_tokens=False).input_ids
+        else:
+            ids = list(prompt)
+        if not ids:
+            raise GenerationError("the prompt is empty")
+        if self.max_positions is not None and len(ids) >= self.max_positions:
+            raise GenerationError(
+                f"the prompt has {len(ids)} tokens; the target's context is "
+                f"{self.max_positions} positions, which leaves no room to generate"
+            )
+        return ids
+
+    @torch.no_grad()
+    def generate(self, prompt: str | list[int], params: SamplingParams | None = None):
+        """Generate a continuation of `prompt` (text or token ids)."""
+        from transformers import DynamicCache
+
+        params = params or SamplingParams()
+        prompt_ids = self._encode(prompt)
+        if hasattr(self.proposer, "reset"):
+            self.proposer.reset()
+        generator = None if params.greedy else params.generator(self.device)
+        metrics = GenerationMetrics()
+        started = time.perf_counter()
+
+        cache = DynamicCache()  # filled in place by every forward
+        if len(prompt_ids) > 1:
+            prefill = torch.tensor([prompt_ids[:-1]], device=self.device)
+            self.target(input_ids=prefill, **cache_kwargs(self.target, cache))
+        metrics.prefill_seconds = time.perf_counter() - started
+
+        context = list(prompt_ids)
+        generated: list[int] = []
+        finish = "length"
+        while True:
+            room = params.max_new_tokens - len(generated)
+            if self.max_positions is not None:
+                room = min(room, self.max_positions - len(context))
+            if room <= 0:
+                finish = "length" if len(generated) >= params.max_new_tokens else "context"
+                break
+            proposal = self._propose(
+                context, min(self.num_speculative_tokens, room - 1), params, generator, metrics
+            )
+            new_tokens = self._verify_and_commit(
+                context[-1], proposal, cache, params, generator, metrics
+            )
+            finish = self._extend(generated, context, new_tokens, params)
+            if finish:
+                break
+        metrics.total_seconds = time.perf_counter() - started
+        metrics.num_generated_tokens = len(generated)
+        text = self.tokenizer.decode(generated) if self.tokenizer is not None else ""
+        if finish == "stop_string":
+            text = _cut_at_stop(text, params.stop_strings)
+        return GenerationOutput(generated, text, metrics, finish)
+
+    def _propose(self, context, max_tokens, params, generator, metrics) -> Proposal:
+        if self.proposer is None or max_tokens <= 0:
+            return Proposal.chain([])
+        began = time.perf_counter()
+        proposal = self.proposer.propose(context, max_tokens, params, generator)
+        metrics.draft_seconds += time.perf_counter() - began
+        if len(proposal):
+            metrics.num_drafts += 1
+            metrics.num_draft_tokens += len(proposal)
+        return proposal
+
+    def _verify_and_commit(self, root, proposal, cache, params, generator, metrics) -> list[int]:
+        """One target forward over [root, nodes...]; roll the cache to the accepted path."""
+        began = time.perf_counter()
+        past = cache_length(cache)
+        input_ids = torch.tensor([[root, *proposal.tokens]], device=self.device)
+        kwargs = {}
+        if not proposal.is_chain:
+            depths = torch.tensor([0, *proposal.depths], device=self.device)
+            kwargs["position_ids"] = (past + depths)[None]
+            kwargs["attention_mask"] = _tree_mask(proposal, past, self.target.dtype).to(self.device)
+        out = self.target(input_ids=input_ids, **cache_kwargs(self.target, cache), **kwargs)
+        accepted, next_token = accept(out.logits[0], proposal, params, generator)
+        if proposal.is_chain:
+            crop(cache, past + 1 + len(accepted))
+        else:
+            keep_tail(cache, past, [0] + [node + 1 for node in accepted])
+        metrics.verify_seconds += time.perf_counter() - began
+        metrics.num_target_forwards += 1
+        metrics.num_accepted_tokens += len(accepted)
+        if len(proposal):
+            depth = len(accepted)
+            per_pos = metrics.num_accepted_tokens_per_pos
+            per_pos.extend([0] * (max(proposal.depths) - len(per_pos)))
+            for k in range(depth):
+                per_pos[k] += 1
+        return [proposal.tokens[node] for node in accepted] + [next_token]
+
+    def _extend(self, generated, context, new_tokens, params) -> str:
+        """Commit tokens up to EOS / the length cap; return the finish reason or ''."""
+        for token in new_tokens:
+            generated.append(token)
+            context.append(token)
+            if token in self.eos_ids:
+                return "eos"
+            if len(generated) >= params.max_new_tokens:
+                return "length"
+        if params.stop_strings and self.tokenizer is not None:
+            tail = self.tokenizer.decode(generated[-(len(new_tokens) + 16) :])
+            if any(stop in tail for stop in params.stop_strings):
+                return "stop_string"
+        return ""
+
+
+def _cut_at_stop(text: str, stops: tuple[str, ...]) -> str:
+    cut = min((text.find(s) + len(s) for s in stops if s in text), default=len(text))
+    return text[:cut]

@@ -1,0 +1,72 @@
+"""Sampling settings and the distribution they turn logits into (applied to p and q alike)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .errors import GenerationError
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How tokens are chosen. temperature 0 means greedy."""
+
+    temperature: float = 0.0  # 0 = greedy argmax; > 0 samples from softmax(logits / T)
+    top_k: int = 0  # keep the k most likely tokens; 0 = all
+    top_p: float = 1.0  # keep the smallest set with this much mass; 1 = all
+    max_new_tokens: int = 128  # hard cap on generated tokens
+    stop_strings: tuple[str, ...] = ()  # stop once the decoded output contains one
+    seed: int | None = None  # seeds the sampler's generator; None = nondeterministic
+
+    def __post_init__(self) -> None:
+        if self.temperature < 0:
+            raise GenerationError(f"temperature must be >= 0, got {self.temperature}")
+        if self.top_k < 0:
+            raise GenerationError(f"top_k must be >= 0, got {self.top_k}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise GenerationError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.max_new_tokens < 1:
+            raise GenerationError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+    def generator(self, device: torch.device | str = "cpu") -> torch.Generator:
+        """A torch generator seeded from `seed` (or randomly)."""
+        gen = torch.Generator(device=device)
+        if self.seed is None:
+            gen.seed()
+        else:
+            gen.manual_seed(self.seed)
+        return gen
+
+
+def probabilities(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """The sampling distribution over the last dim: temperature, then top-k, then top-p.
+
+    Greedy settings give the one-hot distribution of the argmax, so greedy decoding is the
+    T -> 0 limit of the same rule.
+    """
+    logits = logits.float()
+    if params.greedy:
+        return torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).float()
+    logits = logits / params.temperature
+    if params.top_k and params.top_k < logits.shape[-1]:
+        kth = torch.topk(logits, params.top_k, dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if params.top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
+        sorted_probs = sorted_logits.softmax(-1)
+        mass_before = sorted_probs.cumsum(-1) - sorted_probs
+        drop_sorted = mass_before >= params.top_p
+        drop = drop_sorted.scatter(-1, order, drop_sorted)
+        logits = logits.masked_fill(drop, float("-inf"))
+    return logits.softmax(-1)
+
+
+def sample(probs: torch.Tensor, generator: torch.Generator | None) -> int:
+    """One token id from a 1-D distribution."""
+    return int(torch.multinomial(probs, 1, generator=generator).item())

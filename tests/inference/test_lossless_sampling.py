@@ -1,0 +1,117 @@
+"""Speculative sampling is distributed as target-only sampling.
+
+On a model with 6 tokens, the exact distribution of 3-token continuations (216 outcomes) is
+enumerated from the target's conditionals. N speculative samples give an empirical
+distribution; its total-variation distance to the exact one is tested against
+
+    threshold = sum_i sqrt(p_i (1 - p_i) / N) / 2  +  sqrt(ln(1 / delta) / (2 N)).
+
+The first term bounds E[TV] (Jensen: E|p_hat_i - p_i| <= sd); TV changes by at most 1/N per
+sample, so McDiarmid bounds P(TV > E[TV] + t) <= exp(-2 N t^2) = delta for the second term.
+delta = 1e-6: a correct sampler fails this test with probability below one in a million.
+A control checks that the test has power: taking the draft's samples unverified fails it.
+"""
+
+import itertools
+import math
+from collections import Counter
+
+import pytest
+import torch
+from draftzoo.inference.generate import SpeculativeGenerator
+from draftzoo.inference.proposers import DraftModelProposer
+from draftzoo.inference.sampling import SamplingParams, probabilities
+
+from tests.inference.helpers import TopKTreeProposer
+
+VOCAB, LENGTH, SAMPLES, DELTA = 6, 3, 3000, 1e-6
+PROMPT = [1, 4]
+
+
+def _tiny_lm(seed: int, sharpness: float):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=VOCAB,
+            hidden_size=16,
+            intermediate_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            max_position_embeddings=32,
+            tie_word_embeddings=False,
+            bos_token_id=None,
+            eos_token_id=None,
+            pad_token_id=None,
+        )
+    ).eval()
+    with torch.no_grad():
+        model.lm_head.weight.mul_(sharpness)
+    return model
+
+
+@torch.no_grad()
+def _exact_distribution(model, params):
+    dist = {}
+    for seq in itertools.product(range(VOCAB), repeat=LENGTH):
+        logits = model(input_ids=torch.tensor([PROMPT + list(seq)])).logits[0]
+        probs = probabilities(logits[len(PROMPT) - 1 : -1], params)
+        dist[seq] = math.prod(probs[i, t].item() for i, t in enumerate(seq))
+    return dist
+
+
+def _tv(counts: Counter, exact: dict) -> float:
+    return 0.5 * sum(abs(counts[k] / SAMPLES - p) for k, p in exact.items())
+
+
+def _threshold(exact: dict) -> float:
+    expected = 0.5 * sum(math.sqrt(p * (1 - p) / SAMPLES) for p in exact.values())
+    return expected + math.sqrt(math.log(1 / DELTA) / (2 * SAMPLES))
+
+
+PARAMS = SamplingParams(temperature=1.0, top_k=5, max_new_tokens=LENGTH)
+
+
+@pytest.fixture(scope="module")
+def target_exact():
+    target = _tiny_lm(seed=0, sharpness=30.0)
+    return target, _exact_distribution(target, PARAMS)
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["draft-lm-similar", "draft-lm-bad", "tree-deterministic", "target-only"],
+)
+def test_speculative_sampling_matches_the_target_distribution(target_exact, case):
+    target, exact = target_exact
+    assert abs(sum(exact.values()) - 1) < 1e-5
+    bad = _tiny_lm(seed=7, sharpness=60.0)  # confident and wrong
+    similar = _tiny_lm(seed=0, sharpness=15.0)  # the target, less sharp
+    proposer = {
+        "draft-lm-similar": DraftModelProposer(similar),
+        "draft-lm-bad": DraftModelProposer(bad),
+        "tree-deterministic": TopKTreeProposer(bad, width=2),
+        "target-only": None,
+    }[case]
+    generator = SpeculativeGenerator(target, None, proposer, num_speculative_tokens=2)
+    counts, accepted = Counter(), 0
+    for seed in range(SAMPLES):
+        params = SamplingParams(temperature=1.0, top_k=5, max_new_tokens=LENGTH, seed=seed)
+        out = generator.generate(PROMPT, params)
+        counts[tuple(out.token_ids)] += 1
+        accepted += out.metrics.num_accepted_tokens
+    tv, threshold = _tv(counts, exact), _threshold(exact)
+    assert tv < threshold, f"TV {tv:.4f} >= {threshold:.4f}"
+    if case != "target-only":
+        assert accepted > 0  # the drafts really were used
+
+
+def test_unverified_draft_samples_fail_the_same_test(target_exact):
+    """Power check: the draft's own distribution is far outside the tolerance."""
+    _, exact = target_exact
+    bad = _tiny_lm(seed=7, sharpness=60.0)
+    draft_exact = _exact_distribution(bad, PARAMS)
+    tv_of_draft = 0.5 * sum(abs(draft_exact[k] - p) for k, p in exact.items())
+    assert tv_of_draft > 3 * _threshold(exact)

@@ -1,0 +1,116 @@
+import pytest
+import torch
+from draftzoo.inference.acceptance import accept_greedy
+from draftzoo.inference.generate import GenerationError, SpeculativeGenerator
+from draftzoo.inference.proposers import DraftModelProposer, PromptLookupProposer, ProposerError
+from draftzoo.inference.sampling import SamplingParams
+from draftzoo.inference.tree import Proposal
+
+from tests.inference.helpers import TopKTreeProposer, perturbed_copy
+
+
+@pytest.fixture(scope="module")
+def target_and_tokenizer(testbed_tiny):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = testbed_tiny[0]
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    return model, AutoTokenizer.from_pretrained(path)
+
+
+PROMPTS = [
+    'def add(a, b):\n    """Return a + b."""\n',
+    "import os\n\n\nclass Loader:\n    def __init__(self, path):\n",
+    "for i in range(10):\n    if i % 2 == 0:\n",
+]
+
+
+def test_tree_layout():
+    tree = Proposal([5, 6, 7, 8], [-1, -1, 0, 2])
+    assert tree.depths == [1, 1, 2, 3]
+    assert tree.children[0] == [0, 1] and tree.children[1] == [2]
+    assert tree.path_to(3) == [0, 2, 3]
+    mask = tree.ancestor_mask()
+    assert mask[4].tolist() == [True, True, False, True, True]  # node 3: root, 0, 2, itself
+    assert mask[2].tolist() == [True, False, True, False, False]  # node 1: root, itself
+    assert Proposal.chain([1, 2, 3]).is_chain and not tree.is_chain
+
+
+def test_greedy_acceptance_against_a_hand_worked_tree():
+    tree = Proposal([5, 6, 7, 8], [-1, -1, 0, 2])
+    # target argmax per slot: root->5, node0->7, node1->9, node2->1, node3->4
+    assert accept_greedy([5, 7, 9, 1, 4], tree) == ([0, 2], 1)  # 5, 7 accepted; 1 corrects
+    assert accept_greedy([6, 7, 9, 1, 4], tree) == ([1], 9)
+    assert accept_greedy([5, 7, 9, 8, 4], tree) == ([0, 2, 3], 4)  # full path + bonus
+    assert accept_greedy([3, 7, 9, 8, 4], tree) == ([], 3)
+
+
+def _proposers(model, tokenizer):
+    return {
+        "target-only": None,
+        "prompt-lookup": PromptLookupProposer(min_ngram=1, max_ngram=3),
+        "draft-lm-self": DraftModelProposer(model, tokenizer, tokenizer),
+        "draft-lm-noisy": DraftModelProposer(perturbed_copy(model, 0.5)),
+        "tree-noisy": TopKTreeProposer(perturbed_copy(model, 0.5), width=2),
+    }
+
+
+def test_greedy_speculative_output_equals_target_only(target_and_tokenizer):
+    model, tokenizer = target_and_tokenizer
+    params = SamplingParams(max_new_tokens=40)
+    outputs, taus = {}, {}
+    for name, proposer in _proposers(model, tokenizer).items():
+        generator = SpeculativeGenerator(model, tokenizer, proposer, num_speculative_tokens=4)
+        results = [generator.generate(p, params) for p in PROMPTS]
+        outputs[name] = [r.token_ids for r in results]
+        forwards = sum(r.metrics.num_target_forwards for r in results)
+        taus[name] = sum(len(r.token_ids) for r in results) / forwards
+    for name, tokens in outputs.items():
+        assert tokens == outputs["target-only"], name
+    assert taus["target-only"] == 1.0
+    assert taus["draft-lm-self"] > 4.0  # the target drafting for itself: all 4 + bonus
+    assert 1.0 < taus["draft-lm-noisy"] < taus["draft-lm-self"]
+    assert taus["tree-noisy"] > 1.0
+
+
+def test_metrics_count_rounds(target_and_tokenizer):
+    model, tokenizer = target_and_tokenizer
+    generator = SpeculativeGenerator(model, tokenizer, DraftModelProposer(model), 3)
+    out = generator.generate(PROMPTS[0], SamplingParams(max_new_tokens=17))
+    m = out.metrics
+    assert len(out.token_ids) == 17 and out.finish_reason == "length"
+    assert m.num_generated_tokens == 17
+    assert m.num_draft_tokens == 3 * m.num_drafts
+    assert m.num_accepted_tokens + m.num_target_forwards == 17
+    assert m.acceptance_per_position == [1.0, 1.0, 1.0][: len(m.acceptance_per_position)]
+    assert m.mean_acceptance_length == 17 / m.num_target_forwards
+
+
+def test_prompt_lookup_copies_the_continuation_of_the_last_match():
+    proposer = PromptLookupProposer(min_ngram=1, max_ngram=2)
+    params = SamplingParams()
+    assert proposer.propose([1, 2, 3, 4, 9, 1, 2], 2, params, None).tokens == [3, 4]
+    assert proposer.propose([7, 8, 9], 3, params, None).tokens == []
+    # the most recent match wins
+    assert proposer.propose([1, 5, 1, 6, 1], 1, params, None).tokens == [6]
+
+
+def test_bad_requests_are_clear_errors(target_and_tokenizer):
+    model, tokenizer = target_and_tokenizer
+    generator = SpeculativeGenerator(model, tokenizer)
+    with pytest.raises(GenerationError, match="the prompt is empty"):
+        generator.generate("")
+    with pytest.raises(GenerationError, match="leaves no room to generate"):
+        generator.generate(list(range(10)) * 60)
+    with pytest.raises(ValueError, match="temperature must be >= 0"):
+        SamplingParams(temperature=-0.5)
+
+
+def test_draft_lm_with_another_vocabulary_is_refused(target_and_tokenizer):
+    from transformers import AutoTokenizer
+
+    model, tokenizer = target_and_tokenizer
+    other = AutoTokenizer.from_pretrained(target_and_tokenizer[1].name_or_path)
+    other.add_tokens(["<extra_token>"])
+    with pytest.raises(ProposerError, match=r"vocabulary .* differs from the target's"):
+        DraftModelProposer(model, other, tokenizer)
