@@ -1,3 +1,29 @@
-"""draftzoo: train, measure, publish and serve speculative-decoding drafters."""
+"""draftzoo: train, measure, publish and serve speculative-decoding drafters.
+
+The public API is re-exported lazily, so `import draftzoo` (and the CLI's --help) stays fast
+and `draftzoo.inference` never pulls in the training stack.
+"""
+
+from __future__ import annotations
+
+import importlib
 
 __version__ = "0.1.0"
+
+_EXPORTS = {
+    "TargetAdapter": "draftzoo.architectures.target",
+    "TargetFingerprint": "draftzoo.architectures.target",
+    "SpeculativeGenerator": "draftzoo.inference.generate",
+    "SamplingParams": "draftzoo.inference.sampling",
+    "Proposal": "draftzoo.inference.tree",
+    "DraftModelProposer": "draftzoo.inference.proposers",
+    "PromptLookupProposer": "draftzoo.inference.proposers",
+}
+
+__all__ = [*_EXPORTS, "__version__"]
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'draftzoo' has no attribute {name!r}")

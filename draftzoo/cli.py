@@ -153,7 +153,10 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--max-ngram", type=int, default=3, help="prompt lookup: longest n-gram")
     gen.add_argument("--prompt", required=True, help="the prompt text")
     gen.add_argument(
-        "--num-speculative-tokens", type=int, default=4, help="draft tokens per round (gamma)"
+        "--num-speculative-tokens",
+        type=int,
+        help="fix gamma, the draft tokens per round (default: adaptive, chosen from the "
+        "measured acceptance and draft/verify cost)",
     )
     gen.add_argument("--max-new-tokens", type=int, default=128, help="tokens to generate at most")
     gen.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")

@@ -28,8 +28,9 @@ def measure_continuations(
     model_dir: Path, prompts: int = 16, max_new_tokens: int = 128, examples: int = 3
 ) -> dict:
     """Greedy continuations of the first HumanEval prompts and their repeated-4-gram share."""
-    from draftzoo.data.prompts import humaneval_prompts
     from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from draftzoo.data.prompts import humaneval_prompts
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()

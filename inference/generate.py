@@ -18,6 +18,7 @@ from .errors import GenerationError
 from .kv_cache import cache_kwargs, cache_length, crop, keep_tail
 from .proposers import Proposer
 from .sampling import SamplingParams
+from .speculation_length import AdaptiveLength
 from .tree import Proposal
 
 
@@ -99,14 +100,18 @@ class SpeculativeGenerator:
         target,
         tokenizer,
         proposer: Proposer | None = None,
-        num_speculative_tokens: int = 4,
+        num_speculative_tokens: int | AdaptiveLength | None = None,
     ) -> None:
-        if num_speculative_tokens < 0:
-            raise ValueError("num_speculative_tokens must be >= 0")
+        """`num_speculative_tokens`: a fixed gamma, or None / an `AdaptiveLength` to choose
+        gamma per round from the request's measured acceptance and draft/verify cost."""
+        if isinstance(num_speculative_tokens, int) and num_speculative_tokens < 0:
+            raise GenerationError("num_speculative_tokens must be >= 0")
         self.target = target.eval()
         self.tokenizer = tokenizer
         self.proposer = proposer
-        self.num_speculative_tokens = num_speculative_tokens
+        self.speculation = (
+            AdaptiveLength() if num_speculative_tokens is None else num_speculative_tokens
+        )
         self.device = next(target.parameters()).device
         self.max_positions = getattr(target.config, "max_position_embeddings", None)
         self.eos_ids = self._eos_ids()
@@ -146,6 +151,8 @@ class SpeculativeGenerator:
         prompt_ids = self._encode(prompt)
         if hasattr(self.proposer, "reset"):
             self.proposer.reset()
+        if isinstance(self.speculation, AdaptiveLength):
+            self.speculation.reset()
         generator = None if params.greedy else params.generator(self.device)
         metrics = GenerationMetrics()
         started = time.perf_counter()
@@ -166,12 +173,18 @@ class SpeculativeGenerator:
             if room <= 0:
                 finish = "length" if len(generated) >= params.max_new_tokens else "context"
                 break
-            proposal = self._propose(
-                context, min(self.num_speculative_tokens, room - 1), params, generator, metrics
-            )
+            draft_before, verify_before = metrics.draft_seconds, metrics.verify_seconds
+            proposal = self._propose(context, self._gamma(room - 1), params, generator, metrics)
             new_tokens = self._verify_and_commit(
                 context[-1], proposal, cache, params, generator, metrics
             )
+            if isinstance(self.speculation, AdaptiveLength):
+                self.speculation.observe(
+                    drafted=max(proposal.depths, default=0),
+                    accepted=len(new_tokens) - 1,
+                    draft_seconds=metrics.draft_seconds - draft_before,
+                    verify_seconds=metrics.verify_seconds - verify_before,
+                )
             finish = self._extend(generated, context, new_tokens, params)
             if finish:
                 break
@@ -181,6 +194,13 @@ class SpeculativeGenerator:
         if finish == "stop_string":
             text = _cut_at_stop(text, params.stop_strings)
         return GenerationOutput(generated, text, metrics, finish)
+
+    def _gamma(self, room: int) -> int:
+        if self.proposer is None:
+            return 0
+        if isinstance(self.speculation, AdaptiveLength):
+            return self.speculation.choose(room)
+        return min(self.speculation, room)
 
     def _propose(self, context, max_tokens, params, generator, metrics) -> Proposal:
         if self.proposer is None or max_tokens <= 0:

@@ -1,6 +1,7 @@
 from dataclasses import dataclass, field
 
 import pytest
+
 from draftzoo.architectures.config_io import ConfigError, from_dict, load_yaml_config, to_dict
 from draftzoo.train.testbed import load_testbed_config, recipes_dir
 from draftzoo.train.testbed_config import TestbedConfig

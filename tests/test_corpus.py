@@ -2,6 +2,7 @@ import sysconfig
 from pathlib import Path
 
 import pytest
+
 from draftzoo.data.chat_pairs import iter_function_pairs
 from draftzoo.data.corpus import CorpusError, CorpusSpec, list_sources
 from draftzoo.data.prompts import humaneval_prompts, load_prompt_set, stdlib_heldout_prompts

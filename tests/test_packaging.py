@@ -84,3 +84,27 @@ def test_wheel_imports_every_subpackage_outside_the_repo(wheel, tmp_path):
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok"
+
+
+def test_public_api_reexports():
+    import draftzoo
+    from draftzoo.inference.generate import SpeculativeGenerator
+
+    assert draftzoo.SpeculativeGenerator is SpeculativeGenerator
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        _ = draftzoo.nope
+
+
+def test_inference_imports_without_the_training_stack():
+    """The GPU image lacks datasets, deepspeed and wandb: the runtime must not need them."""
+    code = (
+        "import sys\n"
+        "for name in ('datasets', 'deepspeed', 'wandb', 'accelerate', 'peft'):\n"
+        "    sys.modules[name] = None  # any import of them now fails\n"
+        "import draftzoo.inference.generate, draftzoo.inference.proposers\n"
+        "import draftzoo.inference.speculation_length, draftzoo.architectures.target\n"
+        "print('ok')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"

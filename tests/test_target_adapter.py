@@ -1,12 +1,12 @@
 import pytest
 import torch
+
 from draftzoo.architectures.target import (
     FingerprintMismatchError,
     TargetAdapter,
     TargetError,
     TargetFingerprint,
 )
-
 from tests.conftest import tiny_causal_lm
 
 

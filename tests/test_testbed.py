@@ -7,8 +7,9 @@ import time
 
 import pytest
 import torch
-from draftzoo.train.testbed import TestbedError, load_testbed_config, read_record, recipe_path
 from safetensors.torch import load_file
+
+from draftzoo.train.testbed import TestbedError, load_testbed_config, read_record, recipe_path
 
 
 def test_tiny_testbed_is_a_trained_llama(testbed_tiny):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 
 import torch
+
 from draftzoo.inference.tree import Proposal
 
 

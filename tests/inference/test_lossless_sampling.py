@@ -18,10 +18,10 @@ from collections import Counter
 
 import pytest
 import torch
+
 from draftzoo.inference.generate import SpeculativeGenerator
 from draftzoo.inference.proposers import DraftModelProposer
 from draftzoo.inference.sampling import SamplingParams, probabilities
-
 from tests.inference.helpers import TopKTreeProposer
 
 VOCAB, LENGTH, SAMPLES, DELTA = 6, 3, 3000, 1e-6

@@ -1,11 +1,11 @@
 import pytest
 import torch
+
 from draftzoo.inference.acceptance import accept_greedy
 from draftzoo.inference.generate import GenerationError, SpeculativeGenerator
 from draftzoo.inference.proposers import DraftModelProposer, PromptLookupProposer, ProposerError
 from draftzoo.inference.sampling import SamplingParams
 from draftzoo.inference.tree import Proposal
-
 from tests.inference.helpers import TopKTreeProposer, perturbed_copy
 
 
@@ -114,3 +114,33 @@ def test_draft_lm_with_another_vocabulary_is_refused(target_and_tokenizer):
     other.add_tokens(["<extra_token>"])
     with pytest.raises(ProposerError, match=r"vocabulary .* differs from the target's"):
         DraftModelProposer(model, other, tokenizer)
+
+
+def test_adaptive_length_follows_acceptance_and_cost():
+    from draftzoo.inference.speculation_length import AdaptiveLength, best_gamma
+
+    # the seed table: high acceptance and a cheap drafter draft long; a costly or weak one short
+    assert best_gamma(alpha=0.9, cost_ratio=0.05, max_gamma=8) >= 6
+    assert best_gamma(alpha=0.9, cost_ratio=0.0, max_gamma=8) == 8
+    assert best_gamma(alpha=0.2, cost_ratio=0.5, max_gamma=8) == 0
+    policy = AdaptiveLength(max_gamma=8, initial=4, warmup_rounds=2)
+    assert policy.choose(room=10) == 4
+    for _ in range(6):  # a drafter that is never right and costs half a target forward
+        policy.observe(drafted=4, accepted=0, draft_seconds=0.02, verify_seconds=0.01)
+    assert policy.choose(room=10) == 0
+    for _ in range(8):
+        policy.observe(drafted=0, accepted=0, draft_seconds=0.0, verify_seconds=0.01)
+    assert policy.choose(room=10) == 1  # probes again
+    policy.reset()
+    for _ in range(20):  # always right, nearly free
+        policy.observe(drafted=4, accepted=4, draft_seconds=0.0004, verify_seconds=0.01)
+    assert policy.choose(room=10) == 8
+    assert policy.choose(room=3) == 3
+
+
+def test_adaptive_generation_stays_exact(target_and_tokenizer):
+    model, tokenizer = target_and_tokenizer
+    params = SamplingParams(max_new_tokens=30)
+    reference = SpeculativeGenerator(model, tokenizer).generate(PROMPTS[1], params).token_ids
+    adaptive = SpeculativeGenerator(model, tokenizer, PromptLookupProposer())
+    assert adaptive.generate(PROMPTS[1], params).token_ids == reference

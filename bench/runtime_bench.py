@@ -1,0 +1,150 @@
+"""Side-by-side decoding benchmark: draftzoo speculative vs target-only vs transformers.
+
+    python bench/runtime_bench.py --prompts 20 --max-new-tokens 128
+    python bench/runtime_bench.py --draft runs/draft-lm --prompts 20   # adds draft-LM rows
+
+Every method decodes the same HumanEval prompts with the same target (`testbed-small` unless
+--target), in one process, interleaved prompt by prompt, after one warm-up prompt. It prints
+tau (tokens per target forward), tokens/s, and the ratios that matter: speculative over
+target-only in draftzoo's runtime, and draftzoo over transformers for the same method
+(`generate(prompt_lookup_num_tokens=...)`, `generate(assistant_model=...)`). Greedy outputs are
+compared token for token with draftzoo's target-only output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections import defaultdict
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from draftzoo.data.prompts import humaneval_prompts
+from draftzoo.inference.generate import SpeculativeGenerator
+from draftzoo.inference.proposers import DraftModelProposer, PromptLookupProposer
+from draftzoo.inference.sampling import SamplingParams
+from draftzoo.train.testbed import committed_testbed_dir
+
+
+def _hf_generate(target, tokenizer, prompt, max_new_tokens, **kwargs):
+    ids = tokenizer(prompt, return_tensors="pt").input_ids
+    began = time.perf_counter()
+    out = target.generate(
+        ids,
+        attention_mask=torch.ones_like(ids),
+        do_sample=False,
+        max_new_tokens=max_new_tokens,
+        pad_token_id=tokenizer.pad_token_id,
+        **kwargs,
+    )
+    seconds = time.perf_counter() - began
+    return out[0, ids.shape[1] :].tolist(), seconds, None
+
+
+def _dz_generate(generator, prompt, params):
+    began = time.perf_counter()
+    out = generator.generate(prompt, params)
+    return out.token_ids, time.perf_counter() - began, out.metrics
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--target", default=str(committed_testbed_dir()))
+    parser.add_argument("--draft", help="draft LM folder (same tokenizer as the target)")
+    parser.add_argument("--prompts", type=int, default=20)
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--gamma", type=int, default=4, help="fixed gamma for every method")
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = default)")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+
+    tokenizer = AutoTokenizer.from_pretrained(args.target)
+    target = AutoModelForCausalLM.from_pretrained(args.target, dtype=torch.float32).eval()
+    greedy = SamplingParams(max_new_tokens=args.max_new_tokens)
+    # transformers stops at EOS too: give both runtimes the same stop tokens
+    eos = SpeculativeGenerator(target, tokenizer).eos_ids
+    methods = {
+        "draftzoo target-only": lambda p: _dz_generate(
+            SpeculativeGenerator(target, tokenizer), p, greedy
+        ),
+        "draftzoo prompt-lookup": lambda p: _dz_generate(
+            SpeculativeGenerator(target, tokenizer, PromptLookupProposer(1, 3), args.gamma),
+            p,
+            greedy,
+        ),
+        "draftzoo prompt-lookup adaptive": lambda p: _dz_generate(
+            SpeculativeGenerator(target, tokenizer, PromptLookupProposer(1, 3)), p, greedy
+        ),
+        "transformers target-only": lambda p: _hf_generate(
+            target, tokenizer, p, args.max_new_tokens, eos_token_id=sorted(eos)
+        ),
+        "transformers prompt-lookup": lambda p: _hf_generate(
+            target,
+            tokenizer,
+            p,
+            args.max_new_tokens,
+            eos_token_id=sorted(eos),
+            prompt_lookup_num_tokens=args.gamma,
+            max_matching_ngram_size=3,
+        ),
+    }
+    if args.draft:
+        draft = AutoModelForCausalLM.from_pretrained(args.draft, dtype=torch.float32).eval()
+        draft_tokenizer = AutoTokenizer.from_pretrained(args.draft)
+        proposer = DraftModelProposer(draft, draft_tokenizer, tokenizer)
+        methods["draftzoo draft-LM"] = lambda p: _dz_generate(
+            SpeculativeGenerator(target, tokenizer, proposer, args.gamma), p, greedy
+        )
+        draft.generation_config.num_assistant_tokens = args.gamma
+        draft.generation_config.num_assistant_tokens_schedule = "constant"
+        methods["transformers draft-LM"] = lambda p: _hf_generate(
+            target,
+            tokenizer,
+            p,
+            args.max_new_tokens,
+            eos_token_id=sorted(eos),
+            assistant_model=draft,
+        )
+
+    prompts = [p.text for p in humaneval_prompts()[: args.prompts + 1]]
+    tokens, seconds, forwards = defaultdict(int), defaultdict(float), defaultdict(int)
+    mismatches = defaultdict(int)
+    with torch.no_grad():
+        for index, prompt in enumerate(prompts):
+            reference = None
+            for name, run in methods.items():  # interleaved: every method on this prompt
+                ids, secs, metrics = run(prompt)
+                if name == "draftzoo target-only":
+                    reference = ids
+                elif ids != reference:
+                    mismatches[name] += 1
+                if index == 0:
+                    continue  # warm-up
+                tokens[name] += len(ids)
+                seconds[name] += secs
+                if metrics is not None:
+                    forwards[name] += metrics.num_target_forwards
+
+    base = tokens["draftzoo target-only"] / seconds["draftzoo target-only"]
+    print(
+        f"{args.prompts} HumanEval prompts, {args.max_new_tokens} new tokens, greedy, "
+        f"gamma {args.gamma}, {torch.get_num_threads()} threads"
+    )
+    print(f"{'method':34} {'tau':>6} {'tok/s':>8} {'vs dz target-only':>18} {'mismatch':>9}")
+    for name in methods:
+        rate = tokens[name] / seconds[name]
+        tau = f"{tokens[name] / forwards[name]:.2f}" if forwards[name] else "-"
+        print(f"{name:34} {tau:>6} {rate:8.1f} {rate / base:17.2f}x {mismatches[name]:>9}")
+    for method in ("prompt-lookup", "draft-LM"):
+        ours, theirs = f"draftzoo {method}", f"transformers {method}"
+        if ours in tokens and theirs in tokens:
+            ratio = (tokens[ours] / seconds[ours]) / (tokens[theirs] / seconds[theirs])
+            print(f"draftzoo / transformers, {method}: {ratio:.2f}x")
+    ratio = base / (tokens["transformers target-only"] / seconds["transformers target-only"])
+    print(f"draftzoo / transformers, target-only: {ratio:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
