@@ -18,13 +18,23 @@ logger = logging.getLogger("draftzoo")
 def _testbed_build(args: argparse.Namespace) -> int:
     from draftzoo.eval.lm_quality import measure_continuations
     from draftzoo.train.distributed import partial_state
-    from draftzoo.train.testbed import build_testbed, load_testbed_config, write_record
+    from draftzoo.train.testbed import (
+        build_testbed,
+        default_cache_dir,
+        load_testbed_config,
+        write_record,
+    )
+    from draftzoo.train.testbed_data import load_tokens, prepare_testbed_data
 
     config = load_testbed_config(args.config or args.size)
     output_dir = Path(args.output_dir or f"runs/{config.name}")
-    record = build_testbed(config, output_dir, args.cache_dir)
+    cache_dir = args.cache_dir or default_cache_dir()
+    record = build_testbed(config, output_dir, cache_dir)
     if partial_state().is_main_process:
-        record["greedy"] = measure_continuations(output_dir, max_new_tokens=args.quality_tokens)
+        heldout = load_tokens(prepare_testbed_data(config, cache_dir).heldout_tokens)
+        record["greedy"] = measure_continuations(
+            output_dir, max_new_tokens=args.quality_tokens, reference_tokens=heldout
+        )
         write_record(output_dir, record)
         _print_testbed(output_dir, record)
     return 0
@@ -47,6 +57,9 @@ def _print_testbed(path: Path, record: dict) -> None:
             f"greedy repeated-4-gram share: {greedy['repeated_4gram_share']:.3f} over "
             f"{greedy['prompts']} HumanEval prompts x {greedy['max_new_tokens']} tokens"
         )
+        if "heldout_code_repeated_4gram_share" in greedy:
+            share = greedy["heldout_code_repeated_4gram_share"]
+            print(f"  real held-out code windows of that length: {share:.3f}")
 
 
 def _testbed_info(args: argparse.Namespace) -> int:

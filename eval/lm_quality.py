@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 import torch
 
 
@@ -23,11 +24,25 @@ def repeated_ngram_share(tokens: Sequence[int], n: int = 4) -> float:
     return repeated / total if total else 0.0
 
 
+def reference_share(tokens: np.ndarray, window: int, count: int = 64) -> float:
+    """Mean repeated-4-gram share of `count` evenly spaced real-text windows of `window` tokens."""
+    starts = np.linspace(0, tokens.size - window, num=count).astype(np.int64)
+    return sum(repeated_ngram_share(tokens[s : s + window].tolist()) for s in starts) / count
+
+
 @torch.no_grad()
 def measure_continuations(
-    model_dir: Path, prompts: int = 16, max_new_tokens: int = 128, examples: int = 3
+    model_dir: Path,
+    prompts: int = 16,
+    max_new_tokens: int = 128,
+    examples: int = 3,
+    reference_tokens: np.ndarray | None = None,
 ) -> dict:
-    """Greedy continuations of the first HumanEval prompts and their repeated-4-gram share."""
+    """Greedy continuations of the first HumanEval prompts and their repeated-4-gram share.
+
+    With `reference_tokens` (held-out real code), the same share over windows of real code of
+    the same length is reported beside it.
+    """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from draftzoo.data.prompts import humaneval_prompts
@@ -55,9 +70,12 @@ def measure_continuations(
                     "continuation": tokenizer.decode(new),
                 }
             )
-    return {
+    result = {
         "prompts": len(shares),
         "max_new_tokens": max_new_tokens,
         "repeated_4gram_share": round(sum(shares) / len(shares), 4),
-        "examples": samples,
     }
+    if reference_tokens is not None:
+        share = reference_share(reference_tokens, max_new_tokens)
+        result["heldout_code_repeated_4gram_share"] = round(share, 4)
+    return result | {"examples": samples}
