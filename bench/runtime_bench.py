@@ -3,6 +3,9 @@
     python bench/runtime_bench.py --prompts 20 --max-new-tokens 128
     python bench/runtime_bench.py --draft runs/draft-lm --prompts 20   # adds draft-LM rows
 
+Prompts are rendered with the target's chat template as instruction turns (the testbed target
+learned HumanEval-style signature + docstring prompts as chat pairs); --raw sends them bare.
+
 Every method decodes the same HumanEval prompts with the same target (`testbed-small` unless
 --target), in one process, interleaved prompt by prompt, after one warm-up prompt. It prints
 tau (tokens per target forward), tokens/s, and the ratios that matter: speculative over
@@ -55,6 +58,9 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=20)
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--gamma", type=int, default=4, help="fixed gamma for every method")
+    parser.add_argument(
+        "--raw", action="store_true", help="bare completion prompts instead of the chat template"
+    )
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = default)")
     args = parser.parse_args()
     if args.threads:
@@ -108,7 +114,8 @@ def main() -> None:
             assistant_model=draft,
         )
 
-    prompts = [p.text for p in humaneval_prompts()[: args.prompts + 1]]
+    prompts = [p.render(tokenizer, chat=not args.raw) for p in humaneval_prompts()]
+    prompts = prompts[: args.prompts + 1]
     tokens, seconds, forwards = defaultdict(int), defaultdict(float), defaultdict(int)
     mismatches = defaultdict(int)
     with torch.no_grad():

@@ -7,6 +7,9 @@ import textwrap
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+#: The user turn of every instruction pair: this text, then the signature and docstring.
+INSTRUCTION = "Complete this Python function.\n\n"
+
 
 @dataclass(frozen=True)
 class FunctionPair:
@@ -19,7 +22,7 @@ class FunctionPair:
     def as_messages(self) -> list[dict[str, str]]:
         """The pair as OpenAI-style chat messages."""
         return [
-            {"role": "user", "content": f"Complete this Python function.\n\n{self.prompt}"},
+            {"role": "user", "content": INSTRUCTION + self.prompt},
             {"role": "assistant", "content": self.solution},
         ]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .chat_pairs import iter_function_pairs
+from .chat_pairs import INSTRUCTION, iter_function_pairs
 from .corpus import CorpusSpec, list_sources, read_source
 
 
@@ -21,6 +21,18 @@ class Prompt:
     prompt_id: str
     text: str
     category: str
+
+    def as_messages(self) -> list[dict[str, str]]:
+        """The prompt as a user turn, worded like the testbed's instruction pairs."""
+        return [{"role": "user", "content": INSTRUCTION + self.text}]
+
+    def render(self, tokenizer, chat: bool) -> str:
+        """Plain completion text, or the chat-template rendering with the assistant cue."""
+        if not chat:
+            return self.text
+        return tokenizer.apply_chat_template(
+            self.as_messages(), tokenize=False, add_generation_prompt=True
+        )
 
 
 def humaneval_prompts() -> list[Prompt]:
