@@ -46,3 +46,28 @@ def test_committed_small_testbed_info():
         check=True,
     ).stdout
     assert "testbed-small" in out and "held-out loss:" in out
+
+
+def test_generate_prints_text_and_metrics(testbed_tiny, capsys):
+    args = [
+        "generate",
+        "--target",
+        str(testbed_tiny[0]),
+        "--prompt-lookup",
+        "--prompt",
+        "def add(a, b):\n",
+        "--max-new-tokens",
+        "12",
+        "--num-speculative-tokens",
+        "3",
+    ]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("def add(a, b):\n")
+    assert "mean_acceptance_length:" in out and "num_draft_tokens:" in out
+
+
+def test_generate_refuses_a_negative_temperature(testbed_tiny, capsys):
+    args = ["generate", "--target", str(testbed_tiny[0]), "--prompt", "x", "--temperature", "-1"]
+    assert main(args) == 2
+    assert "temperature must be >= 0" in capsys.readouterr().err
