@@ -117,6 +117,6 @@ def test_interrupted_build_resumes_to_the_same_weights(testbed_tiny, tmp_path):
         assert torch.equal(straight[key], resumed[key]), key
 
 
-def test_tiny_recipe_trains_in_well_under_a_minute_of_steps():
+def test_tiny_recipe_stays_under_a_million_training_tokens():
     config = load_testbed_config("tiny")
     assert config.train.max_steps * config.train.micro_batch_size * config.train.seq_len < 1e6

@@ -215,14 +215,15 @@ def pretrain(
             accelerator.log(
                 {"heldout/loss": heldout, "heldout/ratio": heldout / unigram}, step=done
             )
-            logger.info(
-                "step %d: held-out loss %.3f (unigram %.3f, ratio %.3f), %.0f tokens/s",
-                done,
-                heldout,
-                unigram,
-                heldout / unigram,
-                tokens_per_step * (done - start_step) / (time.perf_counter() - began + elapsed),
-            )
+            if accelerator.is_main_process:
+                logger.info(
+                    "step %d: held-out loss %.3f (unigram %.3f, ratio %.3f), %.0f tokens/s",
+                    done,
+                    heldout,
+                    unigram,
+                    heldout / unigram,
+                    tokens_per_step * done / (time.perf_counter() - began),
+                )
         if done % cfg.checkpoint_every == 0 and done < cfg.max_steps:
             _save_checkpoint(accelerator, checkpoint_dir, done, time.perf_counter() - began)
     bar.close()

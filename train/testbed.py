@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from importlib.resources import files
 from pathlib import Path
 
@@ -51,8 +52,6 @@ def committed_testbed_dir() -> Path:
 
 def default_cache_dir() -> Path:
     """Where prepared corpora, checkpoints and built testbeds go unless told otherwise."""
-    import os
-
     root = os.environ.get("DRAFTZOO_CACHE") or Path.home() / ".cache" / "draftzoo"
     return Path(root) / "testbed"
 
