@@ -7,8 +7,15 @@ import torch
 
 
 def tiny_causal_lm(kind: str, vocab_size: int = 96, layers: int = 3):
-    """A tiny, seeded Llama or Qwen3 causal LM built from a config."""
-    from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
+    """A tiny, seeded Llama, Mistral or Qwen3 causal LM built from a config."""
+    from transformers import (
+        LlamaConfig,
+        LlamaForCausalLM,
+        MistralConfig,
+        MistralForCausalLM,
+        Qwen3Config,
+        Qwen3ForCausalLM,
+    )
 
     torch.manual_seed(0)
     common = dict(
@@ -22,6 +29,8 @@ def tiny_causal_lm(kind: str, vocab_size: int = 96, layers: int = 3):
     )
     if kind == "llama":
         return LlamaForCausalLM(LlamaConfig(**common)).eval()
+    if kind == "mistral":
+        return MistralForCausalLM(MistralConfig(sliding_window=None, **common)).eval()
     if kind == "qwen3":
         return Qwen3ForCausalLM(Qwen3Config(head_dim=8, **common)).eval()
     raise ValueError(kind)

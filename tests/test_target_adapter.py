@@ -10,7 +10,7 @@ from draftzoo.architectures.target import (
 from tests.conftest import tiny_causal_lm
 
 
-@pytest.mark.parametrize("kind", ["llama", "qwen3"])
+@pytest.mark.parametrize("kind", ["llama", "mistral", "qwen3"])
 def test_hooked_hidden_states_equal_output_hidden_states(kind):
     model = tiny_causal_lm(kind)
     adapter = TargetAdapter(model)
