@@ -160,7 +160,7 @@ class SpeculativeGenerator:
         cache = DynamicCache()  # filled in place by every forward
         if len(prompt_ids) > 1:
             prefill = torch.tensor([prompt_ids[:-1]], device=self.device)
-            self.target(input_ids=prefill, **cache_kwargs(self.target, cache))
+            self.target(input_ids=prefill, **cache_kwargs(self.target, cache, True))
         metrics.prefill_seconds = time.perf_counter() - started
 
         context = list(prompt_ids)

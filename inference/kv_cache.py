@@ -9,14 +9,21 @@ import torch
 
 
 @functools.cache
-def _cache_argument(model_type: type) -> str:
-    forward = inspect.signature(model_type.forward).parameters
-    return "cache" if "cache" in forward else "past_key_values"
+def _forward_parameters(model_type: type) -> frozenset[str]:
+    return frozenset(inspect.signature(model_type.forward).parameters)
 
 
-def cache_kwargs(model, cache) -> dict:
-    """Forward kwargs passing `cache` under the name this transformers version uses."""
-    return {_cache_argument(type(model)): cache, "use_cache": True}
+def cache_kwargs(model, cache, last_logits_only: bool = False) -> dict:
+    """Forward kwargs passing `cache` under the name this transformers version uses.
+
+    `last_logits_only` asks for the last position's logits alone (prefill, draft catch-up)
+    where the model supports `logits_to_keep`.
+    """
+    params = _forward_parameters(type(model))
+    kwargs = {"cache" if "cache" in params else "past_key_values": cache, "use_cache": True}
+    if last_logits_only and "logits_to_keep" in params:
+        kwargs["logits_to_keep"] = 1
+    return kwargs
 
 
 def cache_length(cache) -> int:

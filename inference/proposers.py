@@ -94,7 +94,7 @@ class DraftModelProposer:
             self.cache = DynamicCache()
         crop(self.cache, shared)
         new = torch.tensor([context[shared:]], device=self.device)
-        out = self.model(input_ids=new, **cache_kwargs(self.model, self.cache))
+        out = self.model(input_ids=new, **cache_kwargs(self.model, self.cache, True))
         self.cached_ids = list(context)
         return out.logits[0, -1]
 

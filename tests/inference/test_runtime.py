@@ -82,7 +82,9 @@ def test_metrics_count_rounds(target_and_tokenizer):
     assert m.num_generated_tokens == 17
     assert m.num_draft_tokens == 3 * m.num_drafts
     assert m.num_accepted_tokens + m.num_target_forwards == 17
-    assert m.acceptance_per_position == [1.0, 1.0, 1.0][: len(m.acceptance_per_position)]
+    # rounds commit 4 tokens each (3 drafts + bonus) up to 16; the 17th comes undrafted
+    assert m.num_drafts == 4 and m.num_target_forwards == 5
+    assert m.acceptance_per_position == [1.0, 1.0, 1.0]
     assert m.mean_acceptance_length == 17 / m.num_target_forwards
 
 
