@@ -2,6 +2,9 @@
 
 draftzoo testbed build --size tiny --output-dir runs/testbed-tiny
 draftzoo testbed info
+draftzoo train recipes/draft_lm/testbed-small.yaml [--set train.max_steps=10]
+draftzoo capture recipes/draft_lm/testbed-small.yaml --dir runs/capture
+accelerate launch --config_file recipes/launch/ddp-cpu.yaml -m draftzoo train RECIPE
 """
 
 from __future__ import annotations
@@ -109,6 +112,57 @@ def _generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _train(args: argparse.Namespace) -> int:
+    from draftzoo.train.registry import load_recipe, run_recipe
+
+    recipe = load_recipe(args.recipe, args.set)
+    result = run_recipe(recipe)
+    from draftzoo.train.distributed import partial_state
+
+    if partial_state().is_main_process:
+        print(f"drafter: {result.output_dir}")
+        print(f"steps: {result.steps} (resumed from step {result.resumed_from})")
+        print(f"supervised tokens: {result.supervised_tokens}")
+        print(f"final loss: {result.final_loss:.4f}")
+        print(f"top-1 agreement: {result.top1_agreement:.4f}")
+        print(f"train seconds: {result.train_seconds:.1f}")
+    return 0
+
+
+def _capture(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from draftzoo.data.capture import CaptureConfig, capture_offline, estimate_bytes
+    from draftzoo.train.distributed import partial_state
+    from draftzoo.train.registry import load_recipe
+    from draftzoo.train.setup import load_target, prepare_dataset, resolve_dirs
+
+    recipe = load_recipe(args.recipe, args.set)
+    _, _, cache_dir = resolve_dirs(recipe)
+    state = partial_state()
+    target = load_target(recipe.target, state.device)
+    dataset, report, data_hash = prepare_dataset(recipe.data, target.tokenizer, cache_dir, state)
+    layers = sorted(set(args.layer or [target.num_layers]))
+    out_dir = Path(args.dir or recipe.capture.dir or "")
+    if not str(out_dir) or str(out_dir) == ".":
+        print("draftzoo: error: give --dir or set capture.dir in the recipe", file=sys.stderr)
+        return 2
+    config = replace(recipe.capture, mode="offline", dir=str(out_dir))
+    need = estimate_bytes(
+        dataset, target.hidden_size, layers, CaptureConfig(dtype=config.dtype).torch_dtype
+    )
+    print(f"data: {report.summary()}")
+    print(
+        f"disk estimate: {need / 1e9:.3f} GB for {len(dataset)} rows, layers {layers} -> {out_dir}"
+    )
+    index = capture_offline(
+        target, dataset, layers, out_dir, config, data_hash, target.tokenizer.pad_token_id or 0
+    )
+    rows = sum(shard["count"] for shard in index["shards"])
+    print(f"captured {rows} rows in {len(index['shards'])} shard(s)")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
     parser = argparse.ArgumentParser(
@@ -178,6 +232,48 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--seed", type=int, help="sampling seed")
     gen.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     gen.set_defaults(func=_generate)
+
+    train = commands.add_parser(
+        "train",
+        help="train a drafter from a recipe (one process, or under accelerate launch)",
+        description="Train the drafter a recipe describes; relaunching the same command resumes "
+        "from the newest complete checkpoint. Distribute with: accelerate launch --config_file "
+        "recipes/launch/<topology>.yaml -m draftzoo train RECIPE (see recipes/launch/README.md).",
+    )
+    train.add_argument(
+        "recipe", type=Path, help="a recipe YAML, e.g. recipes/draft_lm/testbed-small.yaml"
+    )
+    train.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a recipe field, e.g. --set train.max_steps=10 (repeatable)",
+    )
+    train.set_defaults(func=_train)
+
+    capture = commands.add_parser(
+        "capture",
+        help="capture target hidden states into safetensors shards for offline training",
+        description="Prints the disk estimate first; rerunning resumes, keeping every finished "
+        "shard whose checksum matches. Train from the shards with capture.mode=offline.",
+    )
+    capture.add_argument("recipe", type=Path, help="the recipe whose data and target to capture")
+    capture.add_argument("--dir", help="shard folder (default: the recipe's capture.dir)")
+    capture.add_argument(
+        "--layer",
+        type=int,
+        action="append",
+        help="HF hidden-state index to store (repeatable; default: the final post-norm state)",
+    )
+    capture.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a recipe field (repeatable)",
+    )
+    capture.set_defaults(func=_capture)
     return parser
 
 
@@ -189,7 +285,12 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     from draftzoo.architectures.config_io import ConfigError
+    from draftzoo.architectures.drafter_io import DrafterError
+    from draftzoo.architectures.target import FingerprintMismatchError, TargetError
+    from draftzoo.data.capture import CaptureError
+    from draftzoo.data.conversations import DataError
     from draftzoo.data.corpus import CorpusError
+    from draftzoo.data.loss_mask import TemplateError
     from draftzoo.inference.generate import GenerationError
     from draftzoo.inference.proposers import ProposerError
     from draftzoo.train.testbed import TestbedError
@@ -201,6 +302,12 @@ def main(argv: list[str] | None = None) -> int:
         GenerationError,
         ProposerError,
         FileNotFoundError,
+        DataError,
+        TemplateError,
+        CaptureError,
+        TargetError,
+        FingerprintMismatchError,
+        DrafterError,
     )
     try:
         return args.func(args)

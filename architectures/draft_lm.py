@@ -1,0 +1,89 @@
+"""The draft-LM family: a small causal LM on the target's tokenizer, distilled from its logits.
+
+It is a stock transformers `LlamaForCausalLM` (so engines and `generate(assistant_model=...)`
+load it as is), sized by `DraftLMConfig`, sharing the target's vocabulary, special tokens and
+rope settings. It starts from its config, from an existing smaller checkpoint, or with the
+target's embedding and output matrices copied in.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .target import TargetError
+
+
+@dataclass(frozen=True)
+class DraftLMConfig:
+    """Shape and initialisation of the draft LM."""
+
+    init_from: str | None = None  # an existing causal LM checkpoint (same vocabulary); or None
+    hidden_size: int = 256  # ignored with init_from
+    num_hidden_layers: int = 2
+    num_attention_heads: int = 8
+    num_key_value_heads: int = 4
+    intermediate_size: int = 768
+    tie_word_embeddings: bool = True
+    copy_target_embeddings: bool = True  # start from the target's embeddings (same hidden size)
+
+    def __post_init__(self) -> None:
+        if self.hidden_size % self.num_attention_heads:
+            raise ValueError("draft.hidden_size must be divisible by num_attention_heads")
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise ValueError("draft.num_attention_heads must be divisible by num_key_value_heads")
+        if self.num_hidden_layers < 1:
+            raise ValueError("draft.num_hidden_layers must be >= 1")
+
+
+def draft_lm_model_config(config: DraftLMConfig, target_config):
+    """The `LlamaConfig` of a fresh draft LM for `target_config`."""
+    from transformers import LlamaConfig
+
+    return LlamaConfig(
+        vocab_size=target_config.vocab_size,
+        hidden_size=config.hidden_size,
+        intermediate_size=config.intermediate_size,
+        num_hidden_layers=config.num_hidden_layers,
+        num_attention_heads=config.num_attention_heads,
+        num_key_value_heads=config.num_key_value_heads,
+        max_position_embeddings=target_config.max_position_embeddings,
+        rope_theta=getattr(target_config, "rope_theta", 10000.0),
+        rope_scaling=getattr(target_config, "rope_scaling", None),
+        rms_norm_eps=getattr(target_config, "rms_norm_eps", 1e-6),
+        tie_word_embeddings=config.tie_word_embeddings,
+        bos_token_id=target_config.bos_token_id,
+        eos_token_id=target_config.eos_token_id,
+        pad_token_id=getattr(target_config, "pad_token_id", None),
+    )
+
+
+def build_draft_lm(config: DraftLMConfig, target_model) -> torch.nn.Module:
+    """A draft LM for `target_model`; refuses a starting checkpoint with another vocabulary."""
+    from transformers import AutoModelForCausalLM, LlamaForCausalLM
+
+    target_vocab = target_model.get_output_embeddings().weight.shape[0]
+    if config.init_from:
+        model = AutoModelForCausalLM.from_pretrained(config.init_from, dtype=torch.float32)
+        vocab = model.get_output_embeddings().weight.shape[0]
+        if vocab != target_vocab:
+            raise TargetError(
+                f"draft init_from {config.init_from} has vocabulary {vocab}, "
+                f"the target has {target_vocab}"
+            )
+        return model
+    model = LlamaForCausalLM(draft_lm_model_config(config, target_model.config))
+    if config.copy_target_embeddings:
+        source = target_model.get_input_embeddings().weight
+        if source.shape[1] != config.hidden_size:
+            raise TargetError(
+                f"copy_target_embeddings needs draft hidden_size == target's ({source.shape[1]}), "
+                f"got {config.hidden_size}"
+            )
+        with torch.no_grad():
+            model.get_input_embeddings().weight.copy_(source.float())
+            if not config.tie_word_embeddings:
+                head = target_model.get_output_embeddings().weight
+                model.get_output_embeddings().weight.copy_(head.float())
+    return model

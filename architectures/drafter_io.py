@@ -1,0 +1,83 @@
+"""Saving and checking drafter folders: `config.json`, `model.safetensors`, `draftzoo.json`.
+
+`draftzoo.json` records the family, the target fingerprint (architecture, hidden size, layer
+count, vocabulary size, tokenizer hash), the hidden-state layers the drafter reads (HF
+convention), the recipe and the data hash. A folder appears whole or not at all: it is written
+under a temporary name and renamed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from .target import TargetFingerprint
+
+RECORD_FILE = "draftzoo.json"
+RECORD_VERSION = 1
+
+
+class DrafterError(ValueError):
+    """A folder that is not a drafter, or a drafter record that cannot be read."""
+
+
+def save_drafter(
+    model,
+    output_dir: Path,
+    family: str,
+    target: TargetFingerprint,
+    recipe: dict[str, Any],
+    data_hash: str,
+    layers: list[int] | None = None,
+    tokenizer=None,
+    extra: dict[str, Any] | None = None,
+    state_dict: dict[str, Any] | None = None,
+) -> Path:
+    """Write the drafter alone (weights + config + record) to `output_dir`, atomically."""
+    output_dir = Path(output_dir)
+    tmp = output_dir.with_name(output_dir.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp, safe_serialization=True, state_dict=state_dict)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(tmp)
+    record = {
+        "version": RECORD_VERSION,
+        "family": family,
+        "target": target.to_dict(),
+        "hidden_state_layers": layers or [],
+        "layer_convention": "hf_hidden_states (index k = input to decoder layer k; N = final norm)",
+        "recipe": recipe,
+        "data_hash": data_hash,
+        **(extra or {}),
+    }
+    (tmp / RECORD_FILE).write_text(json.dumps(record, indent=1))
+    if output_dir.exists():
+        old = output_dir.with_name(output_dir.name + ".old")
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(output_dir, old)
+        os.replace(tmp, output_dir)
+        shutil.rmtree(old)
+    else:
+        os.replace(tmp, output_dir)
+    return output_dir
+
+
+def read_drafter_record(path: Path) -> dict[str, Any]:
+    """The `draftzoo.json` of a drafter folder."""
+    file = Path(path) / RECORD_FILE
+    if not file.is_file():
+        raise DrafterError(f"{path} is not a draftzoo drafter (no {RECORD_FILE})")
+    try:
+        return json.loads(file.read_text())
+    except json.JSONDecodeError as err:
+        raise DrafterError(f"{file} is not valid JSON: {err}") from err
+
+
+def check_drafter_target(path: Path, target: TargetFingerprint) -> dict[str, Any]:
+    """The drafter's record, after refusing a target it was not built for."""
+    record = read_drafter_record(path)
+    TargetFingerprint.from_dict(record["target"]).require_match(target, what=f"drafter {path}")
+    return record

@@ -1,0 +1,38 @@
+"""`testbed-chat`: the testbed's instruction pairs as a conversation source, training split only.
+
+Each documented function of the corpus's *training* split becomes one conversation (user:
+instruction + signature + docstring; assistant: the function), in corpus order, split exactly
+as `testbed-small` was (held-out modules never appear).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+
+from .chat_pairs import iter_function_pairs
+from .corpus import CorpusSpec, fingerprint_files, list_sources, read_source
+
+TESTBED_CHAT = "testbed-chat"
+
+
+def testbed_chat_spec() -> CorpusSpec:
+    """The corpus of `testbed-small` (recipes/testbed/testbed-small.yaml)."""
+    return CorpusSpec(heldout_percent=6.0)
+
+
+def iter_testbed_chat_rows(spec: CorpusSpec | None = None) -> Iterator[dict]:
+    """Rows `{"messages": [...]}` of every training-split instruction pair."""
+    spec = spec or testbed_chat_spec()
+    for source in list_sources(spec):
+        if source.split != "train":
+            continue
+        text = read_source(source, spec.max_file_bytes)
+        for pair in iter_function_pairs(text or ""):
+            yield {"messages": pair.as_messages()}
+
+
+def testbed_chat_hash(spec: CorpusSpec | None = None) -> str:
+    """A hash of the files the source reads (paths, splits, sizes)."""
+    spec = spec or testbed_chat_spec()
+    return hashlib.sha256(fingerprint_files(list_sources(spec)).encode()).hexdigest()[:16]

@@ -1,0 +1,66 @@
+"""Atomic Accelerate checkpoints: `save_state` into a temporary folder, then one rename.
+
+A run killed during a save leaves only `checkpoints/.tmp-*`, which is never loaded and is
+removed on the next start; `latest` only ever returns complete checkpoints (`progress.json`
+is written inside the folder before the rename).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+PROGRESS_FILE = "progress.json"
+
+
+class CheckpointManager:
+    """Numbered checkpoints `step-<N>` under `root`, keeping the newest `keep`."""
+
+    def __init__(self, root: Path, keep: int = 2) -> None:
+        self.root = Path(root)
+        self.keep = keep
+
+    def complete(self) -> list[Path]:
+        """Complete checkpoints, oldest first."""
+        if not self.root.is_dir():
+            return []
+        found = [
+            p
+            for p in self.root.glob("step-*")
+            if p.is_dir() and (p / PROGRESS_FILE).is_file() and p.name[5:].isdigit()
+        ]
+        return sorted(found, key=lambda p: int(p.name[5:]))
+
+    def latest(self) -> tuple[Path, dict[str, Any]] | None:
+        """The newest complete checkpoint and its progress record, or None."""
+        done = self.complete()
+        if not done:
+            return None
+        return done[-1], json.loads((done[-1] / PROGRESS_FILE).read_text())
+
+    def clean_partial(self) -> None:
+        """Remove folders left by a save that was interrupted (main process only)."""
+        for tmp in self.root.glob(".tmp-*"):
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def save(self, accelerator, step: int, progress: dict[str, Any]) -> Path:
+        """`save_state` at `step`; every process calls it."""
+        final = self.root / f"step-{step}"
+        tmp = self.root / f".tmp-step-{step}"
+        if accelerator.is_main_process:
+            shutil.rmtree(tmp, ignore_errors=True)
+            self.root.mkdir(parents=True, exist_ok=True)
+        accelerator.wait_for_everyone()
+        accelerator.save_state(str(tmp))
+        accelerator.wait_for_everyone()
+        if accelerator.is_main_process:
+            (tmp / PROGRESS_FILE).write_text(json.dumps({"step": step, **progress}))
+            shutil.rmtree(final, ignore_errors=True)
+            os.replace(tmp, final)
+            for old in self.complete()[: -self.keep]:
+                shutil.rmtree(old, ignore_errors=True)
+        accelerator.wait_for_everyone()
+        return final

@@ -1,0 +1,50 @@
+"""Typed sections shared by drafter recipes (`recipes/<family>/*.yaml`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+SCHEDULES = ("cosine", "linear", "constant")
+
+
+@dataclass(frozen=True)
+class TargetSpec:
+    """The target a drafter is trained for."""
+
+    path: str = "testbed-small"  # a folder, a hub name, or "testbed-small" (the committed one)
+    dtype: str = "float32"  # weights dtype of the frozen target: float32, bfloat16, float16
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """The optimisation loop (launch topology lives in recipes/launch/, not here)."""
+
+    seed: int = 0  # seeds the drafter's weights and the data order
+    micro_batch_size: int = 8  # rows per process per forward
+    grad_accum: int = 1  # micro-batches per optimizer step
+    max_steps: int = 100  # optimizer steps
+    lr: float = 1e-3  # peak learning rate (AdamW)
+    schedule: str = "cosine"  # "cosine", "linear" (to min_lr_ratio) or "constant"
+    warmup_steps: int = 10  # linear warm-up steps
+    min_lr_ratio: float = 0.1  # floor of the decay as a share of lr
+    weight_decay: float = 0.0  # AdamW decoupled weight decay (matrices only)
+    beta2: float = 0.95  # AdamW beta2
+    grad_clip: float = 1.0  # max gradient norm
+    mixed_precision: str = "bf16"  # "bf16" autocast, "fp16" or "no"
+    checkpoint_every: int = 50  # steps between `save_state` checkpoints (resume points)
+    keep_checkpoints: int = 2  # complete checkpoints kept on disk
+    log_every: int = 10  # steps between logged metrics
+    log_with: tuple[str, ...] = ()  # Accelerate trackers: "tensorboard", "wandb" (offline default)
+    project: str = "draftzoo"  # tracker project name
+
+    def __post_init__(self) -> None:
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
+        if self.mixed_precision not in ("bf16", "fp16", "no"):
+            raise ValueError("mixed_precision must be 'bf16', 'fp16' or 'no'")
+        if min(self.micro_batch_size, self.grad_accum, self.max_steps, self.checkpoint_every) < 1:
+            raise ValueError("batch sizes, max_steps and checkpoint_every must be >= 1")
+        if self.warmup_steps >= self.max_steps:
+            raise ValueError("warmup_steps must be < max_steps")
+        if self.keep_checkpoints < 1:
+            raise ValueError("keep_checkpoints must be >= 1")

@@ -1,0 +1,61 @@
+"""Setup steps every drafter recipe shares: folders, the frozen target, the token dataset."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import torch
+
+from ..architectures.target import TargetAdapter
+from ..data.token_dataset import DataConfig, build_token_dataset
+from .recipe_config import TargetSpec
+
+logger = logging.getLogger(__name__)
+
+TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+COMMITTED_TARGET = "testbed-small"
+
+
+def resolve_dirs(recipe) -> tuple[Path, Path, Path]:
+    """(output_dir, work_dir, cache_dir) of a recipe, created."""
+    output_dir = Path(recipe.output_dir)
+    work_dir = Path(recipe.work_dir) if recipe.work_dir else Path(f"{output_dir}.work")
+    root = os.environ.get("DRAFTZOO_CACHE") or Path.home() / ".cache" / "draftzoo"
+    cache_dir = Path(recipe.cache_dir) if recipe.cache_dir else Path(root) / "data"
+    for folder in (work_dir, cache_dir):
+        folder.mkdir(parents=True, exist_ok=True)
+    return output_dir, work_dir, cache_dir
+
+
+def target_path(spec: TargetSpec) -> str:
+    """A folder or hub name; `testbed-small` is the target shipped with draftzoo."""
+    if spec.path == COMMITTED_TARGET:
+        from .testbed import committed_testbed_dir
+
+        return str(committed_testbed_dir())
+    return spec.path
+
+
+def load_target(spec: TargetSpec, device) -> TargetAdapter:
+    """The frozen target (eval mode, no gradients) on `device`."""
+    if spec.dtype not in TORCH_DTYPES:
+        raise ValueError(f"target.dtype must be one of {sorted(TORCH_DTYPES)}, got {spec.dtype!r}")
+    adapter = TargetAdapter.from_pretrained(target_path(spec), dtype=TORCH_DTYPES[spec.dtype])
+    adapter.to(device).eval()
+    adapter.requires_grad_(False)
+    if adapter.tokenizer.pad_token_id is None and adapter.tokenizer.eos_token_id is not None:
+        adapter.tokenizer.pad_token = adapter.tokenizer.eos_token
+    return adapter
+
+
+def prepare_dataset(config: DataConfig, tokenizer, cache_dir: Path, accelerator):
+    """The tokenized dataset, built once by the main process and loaded by the others."""
+    with accelerator.main_process_first():
+        dataset, report, key = build_token_dataset(config, tokenizer, cache_dir)
+    if accelerator.is_main_process:
+        logger.info("data %s: %s", config.source, report.summary())
+        for example in report.examples:
+            logger.warning("malformed %s", example)
+    return dataset, report, key
