@@ -1,0 +1,67 @@
+"""Small real training inputs: chat rows mined from stdlib files, recipes on testbed-tiny."""
+
+from __future__ import annotations
+
+import json
+import sysconfig
+from pathlib import Path
+
+from draftzoo.architectures.config_io import from_dict
+from draftzoo.data.chat_pairs import iter_function_pairs
+from draftzoo.train.draft_lm import DraftLMRecipe
+
+STDLIB_FILES = ("textwrap.py", "json/decoder.py", "shlex.py", "fractions.py", "calendar.py")
+
+
+def write_chat_jsonl(path: Path, limit: int = 48) -> Path:
+    """OpenAI-messages rows of documented stdlib functions (real text, nothing invented)."""
+    root = Path(sysconfig.get_paths()["stdlib"])
+    rows = []
+    for name in STDLIB_FILES:
+        for pair in iter_function_pairs((root / name).read_text()):
+            rows.append({"messages": pair.as_messages()})
+    rows = rows[:limit]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def tiny_recipe(tmp_path: Path, target_dir: Path, data_file: Path, **sections) -> DraftLMRecipe:
+    """A draft-LM recipe for testbed-tiny; `sections` override whole recipe sections."""
+    data = {
+        "family": "draft_lm",
+        "name": "test",
+        "output_dir": str(tmp_path / "drafter"),
+        "cache_dir": str(tmp_path / "cache"),
+        "target": {"path": str(target_dir)},
+        "data": {"source": str(data_file), "max_length": 128, "packing": False},
+        "draft": {
+            "hidden_size": 64,
+            "num_hidden_layers": 1,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "intermediate_size": 128,
+        },
+        "train": {
+            "seed": 0,
+            "micro_batch_size": 4,
+            "max_steps": 2,
+            "warmup_steps": 1,
+            "lr": 1e-3,
+            "mixed_precision": "no",
+            "checkpoint_every": 1,
+            "log_every": 1,
+        },
+    }
+    for key, value in sections.items():
+        data[key] = {**data[key], **value} if isinstance(value, dict) else value
+    return from_dict(DraftLMRecipe, data)
+
+
+def recipe_yaml(recipe: DraftLMRecipe, path: Path) -> Path:
+    """Write a recipe back to YAML (what a user would launch)."""
+    import yaml
+
+    from draftzoo.architectures.config_io import to_dict
+
+    path.write_text(yaml.safe_dump(to_dict(recipe)))
+    return path
