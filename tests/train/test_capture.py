@@ -67,7 +67,7 @@ def test_online_and_offline_features_give_the_same_loss(setup):
 
 
 def test_capture_resumes_and_recaptures_a_corrupt_shard(setup):
-    tmp, recipe, target, dataset, key = setup
+    tmp, _recipe, target, dataset, key = setup
     out = tmp / "resume"
     config = CaptureConfig(mode="offline", dir=str(out), shard_samples=3, batch_size=2)
     first = capture_offline(target, dataset, [target.num_layers], out, config, key, 0)
@@ -82,7 +82,7 @@ def test_capture_resumes_and_recaptures_a_corrupt_shard(setup):
 
 
 def test_offline_features_refuse_other_targets_data_and_layers(setup):
-    tmp, recipe, target, dataset, key = setup
+    tmp, _recipe, target, dataset, key = setup
     out = tmp / "refuse"
     config = CaptureConfig(mode="offline", dir=str(out), shard_samples=50)
     capture_offline(target, dataset, [target.num_layers], out, config, key, 0)
