@@ -45,7 +45,11 @@ def make_accelerator(micro_batch_size: int, grad_accum: int, grad_clip: float, *
     """
     import torch
     from accelerate import Accelerator, PartialState
+    from accelerate.state import AcceleratorState
 
+    # a second run in the same process (a test, a notebook, the demo) may ask for another
+    # precision; the process group (PartialState) is kept
+    AcceleratorState._reset_state()
     if _env_flag("ACCELERATE_USE_FSDP") and not torch.cuda.is_available():
         raise LaunchError(
             "FSDP needs CUDA devices: Accelerate does not activate FSDP on CPU (it would run "

@@ -53,7 +53,7 @@ def tiny_recipe(tmp_path: Path, target_dir: Path, data_file: Path, **sections) -
         },
     }
     for key, value in sections.items():
-        data[key] = {**data[key], **value} if isinstance(value, dict) else value
+        data[key] = {**data.get(key, {}), **value} if isinstance(value, dict) else value
     return from_dict(DraftLMRecipe, data)
 
 
