@@ -203,7 +203,7 @@ def test_bad_recipes_and_checkpoints_are_clear_errors(testbed_tiny, chat, tmp_pa
     with pytest.raises(ConfigError, match="unknown drafter family 'medusa-9'; known: draft_lm"):
         load_recipe(path)
     path.write_text("family: draft_lm\n")
-    with pytest.raises(ConfigError, match="data.source is required"):
+    with pytest.raises(ConfigError, match=r"data\.source is required"):
         load_recipe(path)
     with pytest.raises(ConfigError, match="override"):
         load_recipe(tmp_path / "r.yaml", ["train.max_steps"])
