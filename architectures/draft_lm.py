@@ -26,9 +26,11 @@ class DraftLMConfig:
     num_key_value_heads: int = 4
     intermediate_size: int = 768
     tie_word_embeddings: bool = True
-    copy_target_embeddings: bool = True  # start from the target's embeddings (same hidden size)
+    copy_target_embeddings: bool = False  # start from the target's embeddings (same hidden size)
 
     def __post_init__(self) -> None:
+        if self.init_from and self.copy_target_embeddings:
+            raise ValueError("draft.copy_target_embeddings cannot be combined with init_from")
         if self.hidden_size % self.num_attention_heads:
             raise ValueError("draft.hidden_size must be divisible by num_attention_heads")
         if self.num_attention_heads % self.num_key_value_heads:

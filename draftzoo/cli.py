@@ -116,6 +116,8 @@ def _train(args: argparse.Namespace) -> int:
     from draftzoo.train.registry import load_recipe, run_recipe
 
     recipe = load_recipe(args.recipe, args.set)
+    if args.check:
+        return _check_recipe(recipe)
     result = run_recipe(recipe)
     from draftzoo.train.distributed import partial_state
 
@@ -126,6 +128,18 @@ def _train(args: argparse.Namespace) -> int:
         print(f"final loss: {result.final_loss:.4f}")
         print(f"top-1 agreement: {result.top1_agreement:.4f}")
         print(f"train seconds: {result.train_seconds:.1f}")
+    return 0
+
+
+def _check_recipe(recipe) -> int:
+    from draftzoo.train.draft_lm import check_on_meta
+    from draftzoo.train.setup import model_config
+
+    draft_config = model_config(recipe.draft.init_from) if recipe.draft.init_from else None
+    summary = check_on_meta(recipe, model_config(recipe.target.path), draft_config)
+    print(f"recipe {recipe.name}: valid (checked on the meta device, no weights loaded)")
+    for key, value in summary.items():
+        print(f"{key}: {value:,}" if isinstance(value, int) else f"{key}: {value}")
     return 0
 
 
@@ -249,6 +263,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         metavar="KEY=VALUE",
         help="override a recipe field, e.g. --set train.max_steps=10 (repeatable)",
+    )
+    train.add_argument(
+        "--check",
+        action="store_true",
+        help="validate the recipe and build target and drafter on the meta device, then stop "
+        "(hub targets use the configs shipped in recipes/model_configs when present)",
     )
     train.set_defaults(func=_train)
 

@@ -88,6 +88,49 @@ class TrainResult:
     resumed_from: int
 
 
+def check_on_meta(recipe: DraftLMRecipe, target_config, draft_config=None) -> dict:
+    """Build target and draft on the meta device and check they fit together (no weights).
+
+    `draft_config` is the config of `draft.init_from` when the recipe names one.
+    """
+    from transformers import AutoModelForCausalLM
+
+    from ..architectures.draft_lm import draft_lm_model_config
+    from ..architectures.target import TargetAdapter, TargetError
+
+    with torch.device("meta"):
+        target = TargetAdapter(AutoModelForCausalLM.from_config(target_config))
+        if recipe.draft.init_from:
+            if draft_config is None:
+                raise ValueError("draft.init_from is set: pass its config")
+            draft = AutoModelForCausalLM.from_config(draft_config)
+        else:
+            draft = AutoModelForCausalLM.from_config(
+                draft_lm_model_config(recipe.draft, target_config)
+            )
+    target_vocab = target.lm_head.weight.shape[0]
+    draft_vocab = draft.get_output_embeddings().weight.shape[0]
+    if draft_vocab != target_vocab:
+        raise TargetError(f"draft vocabulary {draft_vocab} != target vocabulary {target_vocab}")
+    if recipe.draft.copy_target_embeddings and target.hidden_size != recipe.draft.hidden_size:
+        raise TargetError(
+            f"copy_target_embeddings needs draft hidden_size {target.hidden_size}, "
+            f"got {recipe.draft.hidden_size}"
+        )
+    for name, config in (("target", target_config), ("draft", draft.config)):
+        if config.max_position_embeddings < recipe.data.max_length:
+            raise TargetError(
+                f"data.max_length {recipe.data.max_length} exceeds the {name}'s "
+                f"max_position_embeddings {config.max_position_embeddings}"
+            )
+    return {
+        "target_parameters": sum(p.numel() for p in target.parameters()),
+        "draft_parameters": sum(p.numel() for p in draft.parameters()),
+        "vocab_size": target_vocab,
+        "target_layers": target.num_layers,
+    }
+
+
 def _loss_sums(recipe, draft, target, states, batch):
     """Summed loss, top-1 agreement and 1 - TVD over the supervised positions of `batch`.
 

@@ -59,3 +59,29 @@ def prepare_dataset(config: DataConfig, tokenizer, cache_dir: Path, accelerator)
         for example in report.examples:
             logger.warning("malformed %s", example)
     return dataset, report, key
+
+
+def shipped_config_path(name: str) -> Path:
+    """Where draftzoo ships the public config.json of hub model `name` (may not exist)."""
+    from importlib.resources import files
+
+    return (
+        Path(str(files("draftzoo.recipes"))) / "model_configs" / (name.replace("/", "__") + ".json")
+    )
+
+
+def model_config(name_or_path: str):
+    """A transformers config: local folder, committed testbed, shipped copy, or the hub."""
+    from transformers import AutoConfig
+
+    if name_or_path == COMMITTED_TARGET:
+        return AutoConfig.from_pretrained(target_path(TargetSpec(path=name_or_path)))
+    if Path(name_or_path).is_dir():
+        return AutoConfig.from_pretrained(name_or_path)
+    shipped = shipped_config_path(name_or_path)
+    if shipped.is_file():
+        import json
+
+        data = json.loads(shipped.read_text())
+        return AutoConfig.for_model(data.pop("model_type"), **data)
+    return AutoConfig.from_pretrained(name_or_path)

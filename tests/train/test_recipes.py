@@ -1,0 +1,51 @@
+"""Every shipped recipe loads strictly and fits its target on the meta device."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from draftzoo.architectures.target import TargetError
+from draftzoo.train.draft_lm import check_on_meta
+from draftzoo.train.registry import load_recipe
+from draftzoo.train.setup import model_config
+
+RECIPES = Path(__file__).parents[2] / "recipes"
+
+
+@pytest.mark.parametrize(
+    "path", sorted((RECIPES / "draft_lm").glob("*.yaml")), ids=lambda p: p.name
+)
+def test_shipped_draft_lm_recipes_validate_on_meta(path):
+    recipe = load_recipe(path)
+    draft_config = model_config(recipe.draft.init_from) if recipe.draft.init_from else None
+    summary = check_on_meta(recipe, model_config(recipe.target.path), draft_config)
+    assert summary["draft_parameters"] < summary["target_parameters"]
+
+
+def test_real_pair_has_the_published_sizes():
+    recipe = load_recipe(RECIPES / "draft_lm" / "llama-3.1-8b-instruct.yaml")
+    summary = check_on_meta(
+        recipe, model_config(recipe.target.path), model_config(recipe.draft.init_from)
+    )
+    assert summary["target_parameters"] == 8_030_261_248  # Llama-3.1-8B
+    assert summary["draft_parameters"] == 1_235_814_400  # Llama-3.2-1B (tied embeddings)
+    assert summary["vocab_size"] == 128_256
+
+
+def test_meta_check_refuses_a_draft_with_another_vocabulary():
+    recipe = load_recipe(RECIPES / "draft_lm" / "llama-3.1-8b-instruct.yaml")
+    other = model_config(recipe.draft.init_from)
+    other.vocab_size = 32_000
+    with pytest.raises(TargetError, match="draft vocabulary 32000 != target vocabulary 128256"):
+        check_on_meta(recipe, model_config(recipe.target.path), other)
+
+
+@pytest.mark.parametrize("path", sorted((RECIPES / "launch").glob("*.yaml")), ids=lambda p: p.name)
+def test_launch_configs_name_a_topology_and_no_hyperparameters(path):
+    config = yaml.safe_load(path.read_text())
+    assert config["distributed_type"] in ("NO", "MULTI_GPU", "DEEPSPEED", "FSDP")
+    assert config["mixed_precision"] == "no"  # precision belongs to the recipe
+    assert not {"lr", "max_steps", "seed"} & set(config)
