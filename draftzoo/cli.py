@@ -143,6 +143,28 @@ def _check_recipe(recipe) -> int:
     return 0
 
 
+def _regenerate(args: argparse.Namespace) -> int:
+    from draftzoo.data.regenerate import RegenerateConfig, regenerate
+    from draftzoo.train.distributed import partial_state
+    from draftzoo.train.registry import load_recipe
+    from draftzoo.train.setup import load_target
+
+    recipe = load_recipe(args.recipe, args.set)
+    target = load_target(recipe.target, partial_state().device)
+    config = RegenerateConfig(
+        temperature=args.temperature,
+        top_p=args.top_p,
+        max_new_tokens=args.max_new_tokens,
+        batch_size=args.batch_size,
+        seed=args.seed,
+        limit=args.limit,
+    )
+    written, report = regenerate(target, recipe.data, Path(args.output), config)
+    print(f"data: {report.summary()}")
+    print(f"wrote {written} regenerated rows to {args.output}")
+    return 0
+
+
 def _capture(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
@@ -271,6 +293,29 @@ def build_parser() -> argparse.ArgumentParser:
         "(hub targets use the configs shipped in recipes/model_configs when present)",
     )
     train.set_defaults(func=_train)
+
+    regen = commands.add_parser(
+        "regenerate",
+        help="replace a recipe's assistant turns with the target's own answers (.jsonl out)",
+        description="Reads the recipe's target and data; rerunning resumes after the last "
+        "complete row. Train on the result with --set data.source=OUTPUT.",
+    )
+    regen.add_argument("recipe", type=Path, help="the recipe whose target and data to use")
+    regen.add_argument("--output", required=True, help="the .jsonl to write (appended, resumable)")
+    regen.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    regen.add_argument("--top-p", type=float, default=1.0, help="nucleus cut when sampling")
+    regen.add_argument("--max-new-tokens", type=int, default=512, help="tokens per answer at most")
+    regen.add_argument("--batch-size", type=int, default=8, help="conversations per generate call")
+    regen.add_argument("--seed", type=int, default=0, help="sampling seed")
+    regen.add_argument("--limit", type=int, help="regenerate only the first N usable rows")
+    regen.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a recipe field (repeatable)",
+    )
+    regen.set_defaults(func=_regenerate)
 
     capture = commands.add_parser(
         "capture",

@@ -1,0 +1,145 @@
+"""Replace the assistant turns of conversations with the target's own answers.
+
+EAGLE-3 and Medusa-2 train on what the target itself writes, so that the drafter learns the
+distribution it will be asked to predict. Each assistant turn is regenerated in order, given
+the conversation so far (earlier turns already regenerated), batched across conversations
+with transformers `generate` (left padding), greedy at temperature 0 or sampled.
+
+The output is a .jsonl of `{"row": N, "messages": [...]}` written batch by batch (flushed and
+fsynced); a rerun keeps the rows already written, drops a torn last line, and continues.
+Plain-text rows are copied unchanged. Malformed rows are counted as in training.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from .conversations import RowReport, Sample, iter_rows, iter_samples
+from .token_dataset import DataConfig
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RegenerateConfig:
+    """How answers are generated."""
+
+    temperature: float = 0.0  # 0 = greedy
+    top_p: float = 1.0
+    max_new_tokens: int = 512
+    batch_size: int = 8
+    seed: int = 0
+    limit: int | None = None  # regenerate only the first N usable rows
+
+    def __post_init__(self) -> None:
+        if self.temperature < 0:
+            raise ValueError("temperature must be >= 0")
+        if self.max_new_tokens < 1 or self.batch_size < 1:
+            raise ValueError("max_new_tokens and batch_size must be >= 1")
+
+
+def _done_rows(output: Path) -> set[int]:
+    """Rows already written; a torn (unparseable) tail is cut off the file."""
+    if not output.is_file():
+        return set()
+    done, good_bytes = set(), 0
+    with output.open("rb") as handle:
+        for line in handle:
+            try:
+                done.add(int(json.loads(line)["row"]))
+            except (ValueError, KeyError, TypeError):
+                break
+            good_bytes += len(line)
+    if good_bytes != output.stat().st_size:
+        logger.warning("%s: dropping a torn last line", output)
+        with output.open("r+b") as handle:
+            handle.truncate(good_bytes)
+    return done
+
+
+def _batches(samples: Iterator[Sample], size: int) -> Iterator[list[Sample]]:
+    batch: list[Sample] = []
+    for sample in samples:
+        batch.append(sample)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+@torch.no_grad()
+def _answer(model, tokenizer, contexts: list[list[dict]], config: RegenerateConfig) -> list[str]:
+    """The target's answers to each context (a message list ending before an assistant turn)."""
+    prompts = [
+        tokenizer.apply_chat_template(c, tokenize=False, add_generation_prompt=True)
+        for c in contexts
+    ]
+    encoded = tokenizer(prompts, add_special_tokens=False, return_tensors="pt", padding=True)
+    encoded = {k: v.to(model.device) for k, v in encoded.items()}
+    sampling = {"do_sample": False}
+    if config.temperature > 0:
+        sampling = {"do_sample": True, "temperature": config.temperature, "top_p": config.top_p}
+    out = model.generate(
+        **encoded,
+        max_new_tokens=config.max_new_tokens,
+        pad_token_id=tokenizer.pad_token_id,
+        **sampling,
+    )
+    new = out[:, encoded["input_ids"].shape[1] :]
+    return [tokenizer.decode(ids, skip_special_tokens=True).strip() for ids in new]
+
+
+def regenerate(
+    adapter, data: DataConfig, output: Path, config: RegenerateConfig
+) -> tuple[int, RowReport]:
+    """Write regenerated conversations to `output`; returns (rows written now, report)."""
+    output = Path(output)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    done = _done_rows(output)
+    tokenizer = adapter.tokenizer
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    torch.manual_seed(config.seed)
+    report = RowReport()
+    samples = iter_samples(iter_rows(data.source, data.split), data.format, data.strict, report)
+    if config.limit is not None:
+        samples = (s for i, s in enumerate(samples) if i < config.limit)
+    written = 0
+    with output.open("a", encoding="utf-8") as handle:
+        for batch in _batches((s for s in samples if s.row not in done), config.batch_size):
+            rows = {s.row: list(s.messages) if s.messages else None for s in batch}
+            turns = max((len(m) for m in rows.values() if m), default=0)
+            for turn in range(turns):
+                asking = [
+                    r
+                    for r, m in rows.items()
+                    if m and turn < len(m) and m[turn]["role"] == "assistant"
+                ]
+                if not asking:
+                    continue
+                answers = _answer(
+                    adapter.model, tokenizer, [rows[r][:turn] for r in asking], config
+                )
+                for r, answer in zip(asking, answers, strict=True):
+                    rows[r][turn] = {"role": "assistant", "content": answer}
+            for sample in batch:
+                record = {"row": sample.row}
+                if sample.text is not None:
+                    record["text"] = sample.text
+                else:
+                    record["messages"] = rows[sample.row]
+                handle.write(json.dumps(record) + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+            written += len(batch)
+    logger.info("regenerated %d rows into %s (%s)", written, output, report.summary())
+    return written, report

@@ -1,0 +1,66 @@
+"""Regeneration: the target's own greedy answers replace assistant turns; reruns resume."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from draftzoo.data.conversations import DataError, RowReport, iter_rows, iter_samples
+from draftzoo.data.regenerate import RegenerateConfig, regenerate
+from draftzoo.data.token_dataset import DataConfig
+from draftzoo.train.recipe_config import TargetSpec
+from draftzoo.train.setup import load_target
+from tests.train.helpers import write_chat_jsonl
+
+
+def test_regenerated_answers_are_the_targets_and_reruns_resume(testbed_tiny, tmp_path):
+    source = write_chat_jsonl(tmp_path / "chat.jsonl", 6)
+    with source.open("a") as handle:
+        handle.write('{"messages": [{"role": "user", "content": "no answer"}]}\n')
+    target = load_target(TargetSpec(path=str(testbed_tiny[0])), "cpu")
+    data = DataConfig(source=str(source))
+    out = tmp_path / "regen.jsonl"
+    config = RegenerateConfig(max_new_tokens=12, batch_size=1, limit=3)
+    written, report = regenerate(target, data, out, config)
+    assert written == 3
+    with out.open("a") as handle:
+        handle.write('{"row": 3, "messa')  # a torn write from a killed run
+    written, report = regenerate(
+        target, data, out, RegenerateConfig(max_new_tokens=12, batch_size=4)
+    )
+    assert written == 3  # rows 3..5; the conversation without an answer is counted, not written
+    assert sum(report.malformed.values()) == 1
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["row"] for r in rows] == [0, 1, 2, 3, 4, 5]
+    original = [s.messages for s in iter_samples(iter_rows(source), "auto", False, RowReport())]
+    tokenizer = target.tokenizer
+    first = rows[0]["messages"]
+    assert first[0] == original[0][0]  # the user turn is kept
+    prompt = tokenizer.apply_chat_template(first[:1], tokenize=False, add_generation_prompt=True)
+    ids = tokenizer(prompt, add_special_tokens=False, return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        greedy = target.model.generate(ids, max_new_tokens=12, do_sample=False)
+    expected = tokenizer.decode(greedy[0, ids.shape[1] :], skip_special_tokens=True).strip()
+    assert first[1] == {"role": "assistant", "content": expected}
+    # the output is itself a valid conversation source
+    again = list(iter_samples(iter_rows(out), "auto", True, RowReport()))
+    assert len(again) == 6
+
+
+def test_strict_regeneration_stops_on_a_malformed_row(testbed_tiny, tmp_path):
+    source = tmp_path / "bad.jsonl"
+    source.write_text('{"messages": []}\n')
+    target = load_target(TargetSpec(path=str(testbed_tiny[0])), "cpu")
+    try:
+        regenerate(
+            target,
+            DataConfig(source=str(source), strict=True),
+            tmp_path / "o.jsonl",
+            RegenerateConfig(max_new_tokens=4),
+        )
+    except DataError as err:
+        assert "malformed row 0" in str(err)
+    else:
+        raise AssertionError("strict mode accepted a malformed row")
