@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
 import torch
 
 from draftzoo.data.conversations import DataError, RowReport, iter_rows, iter_samples
