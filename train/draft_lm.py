@@ -36,6 +36,7 @@ from .losses import DISTILL_LOSSES, distill_loss, top1_agreement, total_variatio
 from .recipe_config import TargetSpec, TrainConfig
 from .schedules import lr_lambda
 from .setup import load_target, prepare_dataset, resolve_dirs
+from .trackers import prepare_trackers
 
 logger = logging.getLogger(__name__)
 
@@ -174,7 +175,7 @@ def run(recipe: DraftLMRecipe) -> TrainResult:
         cfg.grad_accum,
         cfg.grad_clip,
         mixed_precision=cfg.mixed_precision,
-        log_with=list(cfg.log_with) or None,
+        log_with=prepare_trackers(cfg.log_with, work_dir),
         project_config=ProjectConfiguration(project_dir=str(work_dir), logging_dir=str(work_dir)),
     )
     set_seed(cfg.seed)
@@ -221,7 +222,9 @@ def run(recipe: DraftLMRecipe) -> TrainResult:
         logger.info("resumed from %s at step %d", path, start_step)
 
     accelerator.init_trackers(
-        cfg.project, config={"recipe": json.dumps(to_dict(recipe)), "data_hash": data_hash}
+        cfg.project,
+        config={"recipe": json.dumps(to_dict(recipe)), "data_hash": data_hash},
+        init_kwargs={"wandb": {"name": recipe.name}},
     )
     pad_id = target.tokenizer.pad_token_id or 0
     rank, world = accelerator.process_index, accelerator.num_processes

@@ -46,5 +46,8 @@ class TrainConfig:
             raise ValueError("batch sizes, max_steps and checkpoint_every must be >= 1")
         if self.warmup_steps >= self.max_steps:
             raise ValueError("warmup_steps must be < max_steps")
+        unknown = sorted(set(self.log_with) - {"tensorboard", "wandb"})
+        if unknown:
+            raise ValueError(f"unknown tracker(s) {unknown} in log_with; known: tensorboard, wandb")
         if self.keep_checkpoints < 1:
             raise ValueError("keep_checkpoints must be >= 1")

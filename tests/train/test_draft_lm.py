@@ -215,3 +215,20 @@ def test_bad_recipes_and_checkpoints_are_clear_errors(testbed_tiny, chat, tmp_pa
     recipe = tiny_recipe(tmp_path, testbed_tiny[0], chat, draft={"init_from": str(other)})
     with pytest.raises(TargetError, match="vocabulary 96"):
         run(recipe)
+
+
+def test_trackers_log_to_tensorboard_and_offline_wandb(testbed_tiny, chat, tmp_path, monkeypatch):
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.delenv("WANDB_DIR", raising=False)
+    monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))
+    recipe = tiny_recipe(
+        tmp_path, testbed_tiny[0], chat, train={"log_with": ["tensorboard", "wandb"]}
+    )
+    run(recipe)
+    work = Path(f"{recipe.output_dir}.work")
+    assert os.environ["WANDB_MODE"] == "offline"
+    assert list(work.rglob("events.out.tfevents.*")), "no tensorboard event file"
+    assert list((work / "wandb").glob("offline-run-*")), "no offline wandb run"
+    with pytest.raises(ConfigError, match="unknown tracker"):
+        tiny_recipe(tmp_path / "x", testbed_tiny[0], chat, train={"log_with": ["mlflw"]})
