@@ -98,9 +98,14 @@ def _answer(model, tokenizer, contexts: list[list[dict]], config: RegenerateConf
 
 
 def regenerate(
-    adapter, data: DataConfig, output: Path, config: RegenerateConfig
+    adapter, data: DataConfig, output: Path, config: RegenerateConfig, writer=None
 ) -> tuple[int, RowReport]:
-    """Write regenerated conversations to `output`; returns (rows written now, report)."""
+    """Write regenerated conversations to `output`; returns (rows written now, report).
+
+    `writer` is the causal LM that writes the answers: the target (default), or a draft model
+    on the same tokenizer for on-policy distillation data.
+    """
+    writer = adapter.model if writer is None else writer
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
     done = _done_rows(output)

@@ -159,7 +159,19 @@ def _regenerate(args: argparse.Namespace) -> int:
         seed=args.seed,
         limit=args.limit,
     )
-    written, report = regenerate(target, recipe.data, Path(args.output), config)
+    writer = None
+    if args.writer:
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        from draftzoo.architectures.target import TargetError, tokenizer_hash
+
+        if tokenizer_hash(AutoTokenizer.from_pretrained(args.writer)) != tokenizer_hash(
+            target.tokenizer
+        ):
+            raise TargetError(f"--writer {args.writer} does not share the target's tokenizer")
+        writer = AutoModelForCausalLM.from_pretrained(args.writer, dtype=torch.float32).eval()
+    written, report = regenerate(target, recipe.data, Path(args.output), config, writer)
     print(f"data: {report.summary()}")
     print(f"wrote {written} regenerated rows to {args.output}")
     return 0
@@ -302,6 +314,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     regen.add_argument("recipe", type=Path, help="the recipe whose target and data to use")
     regen.add_argument("--output", required=True, help="the .jsonl to write (appended, resumable)")
+    regen.add_argument(
+        "--writer",
+        help="a causal LM on the target's tokenizer that writes the answers instead of the "
+        "target, e.g. a trained draft LM for on-policy distillation data",
+    )
     regen.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     regen.add_argument("--top-p", type=float, default=1.0, help="nucleus cut when sampling")
     regen.add_argument("--max-new-tokens", type=int, default=512, help="tokens per answer at most")
