@@ -5,7 +5,16 @@ import pytest
 
 from draftzoo.cli import build_parser, main
 
-SUBCOMMANDS = [[], ["testbed"], ["testbed", "build"], ["testbed", "info"], ["generate"]]
+SUBCOMMANDS = [
+    [],
+    ["testbed"],
+    ["testbed", "build"],
+    ["testbed", "info"],
+    ["generate"],
+    ["train"],
+    ["capture"],
+    ["regenerate"],
+]
 
 
 @pytest.mark.parametrize("words", SUBCOMMANDS)
@@ -71,3 +80,37 @@ def test_generate_refuses_a_negative_temperature(testbed_tiny, capsys):
     args = ["generate", "--target", str(testbed_tiny[0]), "--prompt", "x", "--temperature", "-1"]
     assert main(args) == 2
     assert "temperature must be >= 0" in capsys.readouterr().err
+
+
+def test_train_check_validates_the_real_pair_on_meta(capsys):
+    from draftzoo.train.testbed import recipes_dir
+
+    recipe = recipes_dir().parent / "draft_lm" / "llama-3.1-8b-instruct.yaml"
+    assert main(["train", str(recipe), "--check"]) == 0
+    out = capsys.readouterr().out
+    assert "valid (checked on the meta device" in out and "8,030,261,248" in out
+    assert main(["train", str(recipe), "--check", "--set", "train.lr=fast"]) == 2
+    assert "train.lr: expected float" in capsys.readouterr().err
+
+
+def test_capture_then_regenerate_writer_mismatch_are_cli_commands(testbed_tiny, tmp_path, capsys):
+    from tests.train.helpers import recipe_yaml, tiny_recipe, write_chat_jsonl
+
+    chat = write_chat_jsonl(tmp_path / "c.jsonl", 6)
+    recipe = tiny_recipe(tmp_path, testbed_tiny[0], chat, data={"max_length": 512})
+    path = recipe_yaml(recipe, tmp_path / "r.yaml")
+    assert main(["capture", str(path), "--dir", str(tmp_path / "shards")]) == 0
+    out = capsys.readouterr().out
+    assert "disk estimate:" in out and "captured" in out
+    from tests.conftest import tiny_causal_lm
+
+    other = tmp_path / "other"
+    tiny_causal_lm("llama").save_pretrained(other)
+    from transformers import AutoTokenizer
+
+    from draftzoo.train.testbed import committed_testbed_dir
+
+    AutoTokenizer.from_pretrained(committed_testbed_dir()).save_pretrained(other)
+    args = ["regenerate", str(path), "--output", str(tmp_path / "o.jsonl"), "--writer", str(other)]
+    assert main(args) == 2
+    assert "does not share the target's tokenizer" in capsys.readouterr().err
