@@ -2,6 +2,7 @@
 
     python bench/runtime_bench.py --prompts 20 --max-new-tokens 128
     python bench/runtime_bench.py --draft runs/draft-lm --prompts 20   # adds draft-LM rows
+    python bench/runtime_bench.py --draft runs/a --draft runs/b --draftzoo-only  # compare drafters
 
 Prompts are rendered with the target's chat template as instruction turns (the testbed target
 learned HumanEval-style signature + docstring prompts as chat pairs); --raw sends them bare.
@@ -51,10 +52,42 @@ def _dz_generate(generator, prompt, params):
     return out.token_ids, time.perf_counter() - began, out.metrics
 
 
+def _draft_methods(folder, suffix, target, tokenizer, greedy, eos, args) -> dict:
+    """draftzoo (fixed and adaptive gamma) and transformers assisted generation with one draft."""
+    draft = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    proposer = DraftModelProposer(draft, AutoTokenizer.from_pretrained(folder), tokenizer)
+    # transformers' assistant: a second instance, so the two runtimes share no state
+    assistant = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    assistant.generation_config.num_assistant_tokens = args.gamma
+    assistant.generation_config.num_assistant_tokens_schedule = "constant"
+    assistant.generation_config.assistant_confidence_threshold = 0.0
+    return {
+        f"draftzoo draft-LM{suffix}": lambda p: _dz_generate(
+            SpeculativeGenerator(target, tokenizer, proposer, args.gamma), p, greedy
+        ),
+        f"draftzoo draft-LM adaptive{suffix}": lambda p: _dz_generate(
+            SpeculativeGenerator(target, tokenizer, proposer), p, greedy
+        ),
+        f"transformers draft-LM{suffix}": lambda p: _hf_generate(
+            target,
+            tokenizer,
+            p,
+            args.max_new_tokens,
+            eos_token_id=sorted(eos),
+            assistant_model=assistant,
+        ),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--target", default=str(committed_testbed_dir()))
-    parser.add_argument("--draft", help="draft LM folder (same tokenizer as the target)")
+    parser.add_argument(
+        "--draft",
+        action="append",
+        default=[],
+        help="draft LM folder (same tokenizer as the target); repeat to compare drafters",
+    )
     parser.add_argument("--prompts", type=int, default=20)
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--gamma", type=int, default=4, help="fixed gamma for every method")
@@ -101,23 +134,10 @@ def main() -> None:
             max_matching_ngram_size=3,
         ),
     }
-    if args.draft:
-        draft = AutoModelForCausalLM.from_pretrained(args.draft, dtype=torch.float32).eval()
-        draft_tokenizer = AutoTokenizer.from_pretrained(args.draft)
-        proposer = DraftModelProposer(draft, draft_tokenizer, tokenizer)
-        methods["draftzoo draft-LM"] = lambda p: _dz_generate(
-            SpeculativeGenerator(target, tokenizer, proposer, args.gamma), p, greedy
-        )
-        draft.generation_config.num_assistant_tokens = args.gamma
-        draft.generation_config.num_assistant_tokens_schedule = "constant"
-        methods["transformers draft-LM"] = lambda p: _hf_generate(
-            target,
-            tokenizer,
-            p,
-            args.max_new_tokens,
-            eos_token_id=sorted(eos),
-            assistant_model=draft,
-        )
+    for index, folder in enumerate(args.draft):
+        suffix = "" if len(args.draft) == 1 else f" [{index}]"
+        print(f"draft-LM{suffix}: {folder}")
+        methods.update(_draft_methods(folder, suffix, target, tokenizer, greedy, eos, args))
 
     if args.draftzoo_only:
         methods = {k: v for k, v in methods.items() if k.startswith("draftzoo")}
@@ -151,8 +171,14 @@ def main() -> None:
         rate = tokens[name] / seconds[name]
         tau = f"{tokens[name] / forwards[name]:.2f}" if forwards[name] else "-"
         print(f"{name:34} {tau:>6} {rate:8.1f} {rate / base:17.2f}x {mismatches[name]:>9}")
-    for method in ("prompt-lookup", "draft-LM"):
-        ours, theirs = f"draftzoo {method}", f"transformers {method}"
+    pairs = [("draftzoo prompt-lookup", "transformers prompt-lookup")]
+    pairs += [
+        (name.replace("transformers", "draftzoo"), name)
+        for name in methods
+        if name.startswith("transformers draft")
+    ]
+    for ours, theirs in pairs:
+        method = ours.removeprefix("draftzoo ")
         if ours in tokens and theirs in tokens:
             ratio = (tokens[ours] / seconds[ours]) / (tokens[theirs] / seconds[theirs])
             print(f"draftzoo / transformers, {method}: {ratio:.2f}x")

@@ -1,0 +1,87 @@
+"""Batched generation: per-row acceptance with ragged rows equals batch-1 target-only output."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from draftzoo.inference.batch import BatchGenerator
+from draftzoo.inference.generate import GenerationError, SpeculativeGenerator
+from draftzoo.inference.proposers import DraftModelProposer, PromptLookupProposer
+from draftzoo.inference.sampling import SamplingParams
+from tests.inference.helpers import TopKTreeProposer, perturbed_copy
+
+PROMPTS = [
+    'def add(a, b):\n    """Return a + b."""\n',
+    "import os\n",
+    "for i in range(10):\n    if i % 2 == 0:\n        print(i)\n",
+    "x",
+]
+
+
+@pytest.fixture(scope="module")
+def target_and_tokenizer(testbed_tiny):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = testbed_tiny[0]
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    return model, AutoTokenizer.from_pretrained(path)
+
+
+@pytest.fixture(scope="module")
+def reference(target_and_tokenizer):
+    model, tokenizer = target_and_tokenizer
+    single = SpeculativeGenerator(model, tokenizer)
+    params = SamplingParams(max_new_tokens=32)
+    return [single.generate(p, params).token_ids for p in PROMPTS]
+
+
+def factories(model):
+    noisy = perturbed_copy(model, 0.5)
+    return {
+        "target-only": None,
+        "prompt-lookup": lambda: PromptLookupProposer(1, 3),
+        "draft-lm-noisy": lambda: DraftModelProposer(noisy),
+        "tree-noisy": lambda: TopKTreeProposer(noisy, width=2),
+    }
+
+
+@pytest.mark.parametrize("name", ["target-only", "prompt-lookup", "draft-lm-noisy", "tree-noisy"])
+def test_batch_of_four_equals_batch_one_target_only(target_and_tokenizer, reference, name):
+    model, tokenizer = target_and_tokenizer
+    batch = BatchGenerator(model, tokenizer, factories(model)[name], num_speculative_tokens=3)
+    out = batch.generate(PROMPTS, SamplingParams(max_new_tokens=32))
+    assert [o.token_ids for o in out.outputs] == reference
+    if name != "target-only":
+        forwards = sum(o.metrics.num_target_forwards for o in out.outputs)
+        tokens = sum(o.metrics.num_generated_tokens for o in out.outputs)
+        assert tokens / forwards > 1.0  # rows really accepted drafts
+        assert out.num_rounds < max(len(r) for r in reference) + 1
+
+
+def test_above_the_threshold_rounds_fall_back_to_plain_decoding(target_and_tokenizer, reference):
+    model, tokenizer = target_and_tokenizer
+    batch = BatchGenerator(
+        model, tokenizer, lambda: PromptLookupProposer(1, 3), max_speculative_batch=2
+    )
+    out = batch.generate(PROMPTS, SamplingParams(max_new_tokens=32))
+    assert [o.token_ids for o in out.outputs] == reference
+    # while more than 2 rows were unfinished nothing was proposed; later rounds speculated
+    assert out.num_rounds >= min(len(r) for r in reference)
+    never = BatchGenerator(
+        model, tokenizer, lambda: PromptLookupProposer(1, 3), max_speculative_batch=0
+    ).generate(PROMPTS, SamplingParams(max_new_tokens=32))
+    assert sum(o.metrics.num_draft_tokens for o in never.outputs) == 0
+    assert [o.token_ids for o in never.outputs] == reference
+
+
+def test_batch_rows_stop_independently_and_bad_input_is_refused(target_and_tokenizer):
+    model, tokenizer = target_and_tokenizer
+    batch = BatchGenerator(model, tokenizer, lambda: PromptLookupProposer(1, 3))
+    out = batch.generate(PROMPTS[:2], SamplingParams(max_new_tokens=5, stop_strings=("\n",)))
+    assert all(o.finish_reason in ("stop_string", "length", "eos") for o in out.outputs)
+    assert all(len(o.token_ids) <= 5 for o in out.outputs)
+    with pytest.raises(GenerationError, match="empty"):
+        batch.generate(["ok", ""])
+    with pytest.raises(GenerationError, match="no prompts"):
+        batch.generate([])
