@@ -293,6 +293,8 @@ def run(recipe: DraftLMRecipe) -> TrainResult:
     state_dict = accelerator.get_state_dict(draft)  # gathers ZeRO-3 shards; every rank calls
     if accelerator.is_main_process:
         model = accelerator.unwrap_model(draft)
+        if model.config.tie_word_embeddings:  # stored once, tied again at load
+            state_dict.pop("lm_head.weight", None)
         model.generation_config = target.model.generation_config
         save_drafter(
             model,

@@ -115,3 +115,22 @@ def test_unverified_draft_samples_fail_the_same_test(target_exact):
     draft_exact = _exact_distribution(bad, PARAMS)
     tv_of_draft = 0.5 * sum(abs(draft_exact[k] - p) for k, p in exact.items())
     assert tv_of_draft > 3 * _threshold(exact)
+
+
+def test_batched_speculative_sampling_matches_the_target_distribution(target_exact):
+    """Ragged batches (a one-token prompt among the measured ones), a confidently bad draft."""
+    from draftzoo.inference.batch import BatchGenerator
+
+    target, exact = target_exact
+    bad = _tiny_lm(seed=7, sharpness=60.0)
+    batch = BatchGenerator(target, None, lambda: DraftModelProposer(bad), num_speculative_tokens=2)
+    counts, accepted = Counter(), 0
+    for seed in range(SAMPLES // 3):
+        params = SamplingParams(temperature=1.0, top_k=5, max_new_tokens=LENGTH, seed=seed)
+        out = batch.generate([PROMPT, [3], PROMPT, PROMPT], params)
+        for row in (0, 2, 3):
+            counts[tuple(out.outputs[row].token_ids)] += 1
+            accepted += out.outputs[row].metrics.num_accepted_tokens
+    tv, threshold = _tv(counts, exact), _threshold(exact)
+    assert tv < threshold, f"TV {tv:.4f} >= {threshold:.4f}"
+    assert accepted > 0
