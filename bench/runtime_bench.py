@@ -24,7 +24,7 @@ from collections import defaultdict
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from draftzoo.data.prompts import humaneval_prompts
+from draftzoo.data.prompts import load_prompt_set
 from draftzoo.inference.generate import SpeculativeGenerator
 from draftzoo.inference.proposers import DraftModelProposer, PromptLookupProposer
 from draftzoo.inference.sampling import SamplingParams
@@ -99,6 +99,12 @@ def main() -> None:
         action="store_true",
         help="skip the transformers rows (long identity runs)",
     )
+    parser.add_argument(
+        "--methods",
+        help="comma-separated name parts: run only methods whose name contains one of them "
+        "(draftzoo target-only always runs as the reference), e.g. 'draft-LM ['",
+    )
+    parser.add_argument("--prompt-set", default="humaneval", help="humaneval or stdlib-heldout")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = default)")
     args = parser.parse_args()
     if args.threads:
@@ -141,7 +147,14 @@ def main() -> None:
 
     if args.draftzoo_only:
         methods = {k: v for k, v in methods.items() if k.startswith("draftzoo")}
-    prompts = [p.render(tokenizer, chat=not args.raw) for p in humaneval_prompts()]
+    if args.methods:
+        wanted = [part for part in args.methods.split(",") if part]
+        methods = {
+            k: v
+            for k, v in methods.items()
+            if k == "draftzoo target-only" or any(part in k for part in wanted)
+        }
+    prompts = [p.render(tokenizer, chat=not args.raw) for p in load_prompt_set(args.prompt_set)]
     prompts = prompts[: args.prompts + 1]
     tokens, seconds, forwards = defaultdict(int), defaultdict(float), defaultdict(int)
     mismatches = defaultdict(int)
@@ -163,7 +176,7 @@ def main() -> None:
 
     base = tokens["draftzoo target-only"] / seconds["draftzoo target-only"]
     print(
-        f"{args.prompts} HumanEval prompts, {args.max_new_tokens} new tokens, greedy, "
+        f"{args.prompts} {args.prompt_set} prompts, {args.max_new_tokens} new tokens, greedy, "
         f"gamma {args.gamma}, {torch.get_num_threads()} threads"
     )
     print(f"{'method':34} {'tau':>6} {'tok/s':>8} {'vs dz target-only':>18} {'mismatch':>9}")
