@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import re
 import time
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ import torch
 
 from ..architectures.config_io import to_dict
 from .distributed import cpu_only
+from .schedules import lr_lambda
 from .testbed_config import TestbedConfig
 from .testbed_data import PreparedData, heldout_windows, load_tokens, unigram_loss
 
@@ -61,18 +61,6 @@ def build_target_model(config: TestbedConfig, vocab_size: int, special_ids: dict
         **special_ids,
     )
     return LlamaForCausalLM(model_config)
-
-
-def cosine_lr_lambda(warmup: int, total: int, floor: float):
-    """Linear warm-up then cosine decay to `floor` x peak."""
-
-    def factor(step: int) -> float:
-        if step < warmup:
-            return (step + 1) / warmup
-        progress = min(1.0, (step - warmup) / max(1, total - warmup))
-        return floor + (1.0 - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
-
-    return factor
 
 
 def sample_windows(
@@ -150,7 +138,7 @@ def pretrain(
         _param_groups(model, cfg.weight_decay), lr=cfg.lr, betas=(0.9, cfg.beta2)
     )
     scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, cosine_lr_lambda(cfg.warmup_steps, cfg.max_steps, cfg.min_lr_ratio)
+        optimizer, lr_lambda("cosine", cfg.warmup_steps, cfg.max_steps, cfg.min_lr_ratio)
     )
     model, optimizer = accelerator.prepare(model, optimizer)
     accelerator.register_for_checkpointing(scheduler)  # stepped once per optimizer step
