@@ -211,6 +211,16 @@ def _capture(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_overrides(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a recipe field, e.g. --set train.max_steps=10 (repeatable)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
     parser = argparse.ArgumentParser(
@@ -291,13 +301,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument(
         "recipe", type=Path, help="a recipe YAML, e.g. recipes/draft_lm/testbed-small.yaml"
     )
-    train.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a recipe field, e.g. --set train.max_steps=10 (repeatable)",
-    )
+    _add_overrides(train)
     train.add_argument(
         "--check",
         action="store_true",
@@ -325,13 +329,7 @@ def build_parser() -> argparse.ArgumentParser:
     regen.add_argument("--batch-size", type=int, default=8, help="conversations per generate call")
     regen.add_argument("--seed", type=int, default=0, help="sampling seed")
     regen.add_argument("--limit", type=int, help="regenerate only the first N usable rows")
-    regen.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a recipe field (repeatable)",
-    )
+    _add_overrides(regen)
     regen.set_defaults(func=_regenerate)
 
     capture = commands.add_parser(
@@ -348,13 +346,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         help="HF hidden-state index to store (repeatable; default: the final post-norm state)",
     )
-    capture.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a recipe field (repeatable)",
-    )
+    _add_overrides(capture)
     capture.set_defaults(func=_capture)
     return parser
 
