@@ -2,10 +2,13 @@
 
     python bench/identity_check.py --draft recipes/drafters/draft-lm-testbed-small
 
-Decodes every HumanEval prompt (chat-rendered) with target-only batch-1 decoding as the
-reference, then with prompt lookup and the draft LM through `BatchGenerator` at each batch
-size, and prints the number of prompts whose tokens differ (the runtime's contract is 0) and
-the tau of each method.
+Decodes every HumanEval prompt (chat-rendered) target-only at each batch size (the reference
+for that batch size), then with prompt lookup and the draft LM through `BatchGenerator`, and
+prints the number of prompts whose tokens differ from the reference (the runtime's contract
+is 0) and the tau of each method. It also prints how many prompts the target-only outputs at
+batch N differ from batch 1 in: a batched forward rounds differently, and where two logits are
+exactly tied in float32 the argmax can flip. That is the target's own batch variance, not
+speculation's; the prompt, position and tied logits of each such case are printed.
 """
 
 from __future__ import annotations
@@ -37,9 +40,31 @@ def main() -> None:
     target = AutoModelForCausalLM.from_pretrained(args.target, dtype=torch.float32).eval()
     prompts = [p.render(tokenizer, chat=True) for p in load_prompt_set(args.prompt_set)]
     params = SamplingParams(max_new_tokens=args.max_new_tokens)
-    reference = [
-        SpeculativeGenerator(target, tokenizer).generate(p, params).token_ids for p in prompts
-    ]
+
+    def decode(factory, size: int):
+        batch = BatchGenerator(target, tokenizer, factory, args.gamma, max_speculative_batch=size)
+        outputs = []
+        for start in range(0, len(prompts), size):
+            outputs += batch.generate(prompts[start : start + size], params).outputs
+        return outputs
+
+    single = [SpeculativeGenerator(target, tokenizer).generate(p, params) for p in prompts]
+    references = {1: [o.token_ids for o in single]}
+    for size in args.batch_sizes:
+        if size == 1:
+            continue
+        references[size] = [o.token_ids for o in decode(None, size)]
+        for i, (a, b) in enumerate(zip(references[size], references[1], strict=True)):
+            if a != b:
+                pairs = enumerate(zip(a, b, strict=False))
+                at = next((k for k, (x, y) in pairs if x != y), min(len(a), len(b)))
+                ids = tokenizer(prompts[i], add_special_tokens=False).input_ids + b[:at]
+                with torch.no_grad():
+                    top = target(torch.tensor([ids])).logits[0, -1].topk(2)
+                print(
+                    f"target-only batch {size} vs 1: prompt {i} differs at token {at}; "
+                    f"batch-1 top-2 logits {top.values.tolist()} for tokens {top.indices.tolist()}"
+                )
     factories = {"prompt-lookup": lambda: PromptLookupProposer(1, 3)}
     if args.draft:
         draft = AutoModelForCausalLM.from_pretrained(args.draft, dtype=torch.float32).eval()
@@ -49,18 +74,20 @@ def main() -> None:
         f"{len(prompts)} {args.prompt_set} prompts, {args.max_new_tokens} tokens, greedy, "
         f"gamma {args.gamma}"
     )
+    for size in args.batch_sizes:
+        differ = sum(a != b for a, b in zip(references[size], references[1], strict=True))
+        print(f"target-only  batch {size}: differs from batch 1 in {differ} prompts")
     for name, factory in factories.items():
         for size in args.batch_sizes:
-            batch = BatchGenerator(
-                target, tokenizer, factory, args.gamma, max_speculative_batch=size
-            )
-            outputs = []
-            for start in range(0, len(prompts), size):
-                outputs += batch.generate(prompts[start : start + size], params).outputs
+            outputs = decode(factory, size)
+            reference = references[size]
             mismatches = sum(o.token_ids != r for o, r in zip(outputs, reference, strict=True))
             tokens = sum(o.metrics.num_generated_tokens for o in outputs)
             forwards = sum(o.metrics.num_target_forwards for o in outputs)
-            print(f"{name:14} batch {size}: tau {tokens / forwards:.2f}, mismatches {mismatches}")
+            print(
+                f"{name:14} batch {size}: tau {tokens / forwards:.2f}, "
+                f"mismatches vs target-only batch {size}: {mismatches}"
+            )
 
 
 if __name__ == "__main__":

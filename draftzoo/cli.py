@@ -126,17 +126,24 @@ def _train(args: argparse.Namespace) -> int:
         print(f"steps: {result.steps} (resumed from step {result.resumed_from})")
         print(f"supervised tokens: {result.supervised_tokens}")
         print(f"final loss: {result.final_loss:.4f}")
-        print(f"top-1 agreement: {result.top1_agreement:.4f}")
+        print(f"top-1 agreement (first draft position): {result.top1_agreement:.4f}")
         print(f"train seconds: {result.train_seconds:.1f}")
     return 0
 
 
 def _check_recipe(recipe) -> int:
-    from draftzoo.train.draft_lm import check_on_meta
     from draftzoo.train.setup import model_config
 
-    draft_config = model_config(recipe.draft.init_from) if recipe.draft.init_from else None
-    summary = check_on_meta(recipe, model_config(recipe.target.path), draft_config)
+    if recipe.family == "draft_lm":
+        from draftzoo.train.draft_lm import check_on_meta
+
+        init_from = recipe.draft.init_from
+        draft_config = model_config(init_from) if init_from else None
+        summary = check_on_meta(recipe, model_config(recipe.target.path), draft_config)
+    else:
+        from draftzoo.train.eagle import check_on_meta
+
+        summary = check_on_meta(recipe, model_config(recipe.target.path))
     print(f"recipe {recipe.name}: valid (checked on the meta device, no weights loaded)")
     for key, value in summary.items():
         print(f"{key}: {value:,}" if isinstance(value, int) else f"{key}: {value}")
@@ -190,7 +197,7 @@ def _capture(args: argparse.Namespace) -> int:
     state = partial_state()
     target = load_target(recipe.target, state.device)
     dataset, report, data_hash = prepare_dataset(recipe.data, target.tokenizer, cache_dir, state)
-    layers = sorted(set(args.layer or [target.num_layers]))
+    layers = sorted(set(args.layer or recipe.capture_layers(target.num_layers)))
     out_dir = Path(args.dir or recipe.capture.dir or "")
     if not str(out_dir) or str(out_dir) == ".":
         print("draftzoo: error: give --dir or set capture.dir in the recipe", file=sys.stderr)

@@ -33,7 +33,7 @@ from .checkpoint import CheckpointManager
 from .data_order import step_rows
 from .distributed import check_replicas, make_accelerator, uses_deepspeed, whole_weights
 from .losses import DISTILL_LOSSES, distill_loss, top1_agreement, total_variation
-from .recipe_config import TargetSpec, TrainConfig
+from .recipe_config import TargetSpec, TrainConfig, TrainResult
 from .schedules import lr_lambda
 from .setup import load_target, prepare_dataset, resolve_dirs
 from .trackers import prepare_trackers
@@ -75,18 +75,9 @@ class DraftLMRecipe:
         if self.family != "draft_lm":
             raise ValueError(f"family must be 'draft_lm' for this recipe, got {self.family!r}")
 
-
-@dataclass(frozen=True)
-class TrainResult:
-    """What a finished run measured."""
-
-    output_dir: Path
-    steps: int
-    supervised_tokens: int
-    final_loss: float
-    top1_agreement: float
-    train_seconds: float
-    resumed_from: int
+    def capture_layers(self, num_target_layers: int) -> list[int]:
+        """HF indices the recipe reads from the target: the final post-norm state."""
+        return [num_target_layers]
 
 
 def check_on_meta(recipe: DraftLMRecipe, target_config, draft_config=None) -> dict:
@@ -184,7 +175,7 @@ def run(recipe: DraftLMRecipe) -> TrainResult:
     dataset, report, data_hash = prepare_dataset(
         recipe.data, target.tokenizer, cache_dir, accelerator
     )
-    layers = [target.num_layers]
+    layers = recipe.capture_layers(target.num_layers)
     if recipe.capture.mode == "online":
         features = OnlineFeatures(target, layers, recipe.capture.torch_dtype)
     else:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 SCHEDULES = ("cosine", "linear", "constant")
 
@@ -51,3 +52,16 @@ class TrainConfig:
             raise ValueError(f"unknown tracker(s) {unknown} in log_with; known: tensorboard, wandb")
         if self.keep_checkpoints < 1:
             raise ValueError("keep_checkpoints must be >= 1")
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    """What a finished run measured."""
+
+    output_dir: Path
+    steps: int
+    supervised_tokens: int
+    final_loss: float
+    top1_agreement: float
+    train_seconds: float
+    resumed_from: int

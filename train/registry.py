@@ -15,6 +15,8 @@ from ..architectures.config_io import ConfigError, from_dict
 #: family -> (module, recipe class, run function)
 FAMILIES: dict[str, tuple[str, str, str]] = {
     "draft_lm": ("draftzoo.train.draft_lm", "DraftLMRecipe", "run"),
+    "eagle1": ("draftzoo.train.eagle", "EagleRecipe", "run"),
+    "eagle3": ("draftzoo.train.eagle", "EagleRecipe", "run"),
 }
 
 

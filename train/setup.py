@@ -57,7 +57,7 @@ def prepare_dataset(config: DataConfig, tokenizer, cache_dir: Path, accelerator)
     if accelerator.is_main_process:
         logger.info("data %s: %s", config.source, report.summary())
         for example in report.examples:
-            logger.warning("malformed %s", example)
+            logger.warning("rejected %s", example)
     return dataset, report, key
 
 

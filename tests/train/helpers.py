@@ -65,3 +65,35 @@ def recipe_yaml(recipe: DraftLMRecipe, path: Path) -> Path:
 
     path.write_text(yaml.safe_dump(to_dict(recipe)))
     return path
+
+
+def tiny_eagle_recipe(tmp_path: Path, target_dir: Path, data_file: Path, **sections):
+    """An EAGLE recipe (family from `eagle.kind`, default eagle3) for testbed-tiny."""
+    from draftzoo.train.eagle import EagleRecipe
+
+    kind = sections.get("eagle", {}).get("kind", "eagle3")
+    data = {
+        "family": kind,
+        "name": "test",
+        "output_dir": str(tmp_path / "drafter"),
+        "cache_dir": str(tmp_path / "cache"),
+        "target": {"path": str(target_dir)},
+        "data": {"source": str(data_file), "max_length": 128, "packing": False},
+        # testbed-tiny has 2 layers: EAGLE-3's default taps (2, N//2, N-3) need N >= 3
+        "eagle": {"kind": kind, "ttt_steps": 3, "layers": [0, 1, 2]}
+        if kind == "eagle3"
+        else {"kind": kind, "ttt_steps": 1},
+        "train": {
+            "seed": 0,
+            "micro_batch_size": 4,
+            "max_steps": 2,
+            "warmup_steps": 1,
+            "lr": 1e-3,
+            "mixed_precision": "no",
+            "checkpoint_every": 1,
+            "log_every": 1,
+        },
+    }
+    for key, value in sections.items():
+        data[key] = {**data.get(key, {}), **value} if isinstance(value, dict) else value
+    return from_dict(EagleRecipe, data)

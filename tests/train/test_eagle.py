@@ -1,0 +1,145 @@
+"""The EAGLE recipes: real steps on testbed-tiny, export and load, DDP, bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from draftzoo.architectures.config_io import ConfigError, from_dict
+from draftzoo.architectures.drafter_io import read_drafter_record
+from draftzoo.architectures.eagle import load_eagle
+from draftzoo.architectures.target import FingerprintMismatchError, TargetError
+from draftzoo.data.draft_vocab import DraftVocabError
+from draftzoo.train.eagle import EagleRecipe, run
+from draftzoo.train.setup import load_target
+from tests.train.helpers import recipe_yaml, tiny_eagle_recipe, write_chat_jsonl
+
+
+@pytest.fixture(scope="module")
+def chat(tmp_path_factory) -> Path:
+    return write_chat_jsonl(tmp_path_factory.mktemp("chat") / "chat.jsonl", 48)
+
+
+def test_eagle3_trains_exports_and_loads_back(testbed_tiny, chat, tmp_path):
+    recipe = tiny_eagle_recipe(
+        tmp_path,
+        testbed_tiny[0],
+        chat,
+        eagle={"draft_vocab_size": 200},
+        train={"max_steps": 12, "lr": 3e-3, "log_every": 2, "checkpoint_every": 50},
+    )
+    result = run(recipe)
+    folder = Path(recipe.output_dir)
+    record = read_drafter_record(folder)
+    target = load_target(recipe.target, "cpu")
+    assert record["family"] == "eagle3" and record["hidden_state_layers"] == [0, 1, 2]
+    training = record["training"]
+    assert len(training["ttt_accuracy"]) == 3 and training["steps"] == 12
+    assert 1.0 <= training["simulated_acceptance_length"] <= 4.0
+    assert 0 < result.final_loss < 50 and result.supervised_tokens > 0
+    weights = load_file(folder / "model.safetensors")
+    assert weights["d2t"].dtype == torch.int64 and weights["d2t"].shape == (200,)
+    assert weights["t2d"].dtype == torch.bool and int(weights["t2d"].sum()) == 200
+    assert weights["lm_head.weight"].shape == (200, target.hidden_size)
+    assert weights["fc.weight"].shape == (target.hidden_size, 3 * target.hidden_size)
+    assert weights["midlayer.self_attn.q_proj.weight"].shape[1] == 2 * target.hidden_size
+    assert not any(k.startswith(("embed_tokens", "rotary")) for k in weights)
+    drafter = load_eagle(folder, target)
+    assert torch.equal(drafter.d2t, weights["d2t"])
+    # the loss fell: logged per step in the tracker-free run through the record is the last
+    # value only, so retrain 1 step with lr 0 and compare
+    fresh = tiny_eagle_recipe(
+        tmp_path / "fresh",
+        testbed_tiny[0],
+        chat,
+        eagle={"draft_vocab_size": 200},
+        train={"max_steps": 2, "lr": 0.0, "checkpoint_every": 50},
+    )
+    assert run(fresh).final_loss > result.final_loss
+
+
+def test_eagle1_trains_and_loads_back(testbed_tiny, chat, tmp_path):
+    recipe = tiny_eagle_recipe(
+        tmp_path, testbed_tiny[0], chat, eagle={"kind": "eagle1", "feature_noise": 0.1}
+    )
+    run(recipe)
+    folder = Path(recipe.output_dir)
+    target = load_target(recipe.target, "cpu")
+    assert read_drafter_record(folder)["hidden_state_layers"] == [target.num_layers]
+    weights = load_file(folder / "model.safetensors")
+    assert weights["fc.weight"].shape == (target.hidden_size, 2 * target.hidden_size)
+    assert "fc.bias" in weights and "lm_head.weight" not in weights
+    assert "midlayer.input_layernorm.weight" not in weights
+    drafter = load_eagle(folder, target)
+    assert drafter.kind == "eagle1"
+
+
+def test_eagle3_ddp_ranks_hold_identical_weights(testbed_tiny, chat, tmp_path):
+    recipe = tiny_eagle_recipe(
+        tmp_path,
+        testbed_tiny[0],
+        chat,
+        train={"max_steps": 2, "micro_batch_size": 2, "checkpoint_every": 10},
+    )
+    path = recipe_yaml(recipe, tmp_path / "ddp.yaml")
+    launch = Path(__file__).parents[2] / "recipes" / "launch" / "ddp.yaml"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "accelerate.commands.launch",
+            "--config_file",
+            str(launch),
+            "--num_processes",
+            "2",
+            "-m",
+            "draftzoo",
+            "train",
+            str(path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    work = Path(f"{recipe.output_dir}.work")
+    digests = json.loads((work / "replicas.json").read_text())["digests"]
+    assert len(digests) == 2 and digests[0] == digests[1]
+
+
+def test_bad_eagle_input_fails_before_step_one(testbed_tiny, chat, tmp_path):
+    with pytest.raises(TargetError, match="do not exist"):
+        run(tiny_eagle_recipe(tmp_path / "a", testbed_tiny[0], chat, eagle={"layers": [1, 2, 40]}))
+    with pytest.raises(DraftVocabError, match="distinct tokens"):
+        run(
+            tiny_eagle_recipe(
+                tmp_path / "b", testbed_tiny[0], chat, eagle={"draft_vocab_size": 1000}
+            )
+        )
+    assert not (tmp_path / "a" / "drafter").exists() and not (tmp_path / "b" / "drafter").exists()
+    data = {"source": str(chat)}
+    with pytest.raises(ConfigError, match="must equal family"):
+        from_dict(EagleRecipe, {"family": "eagle1", "data": data, "eagle": {"kind": "eagle3"}})
+    with pytest.raises(ConfigError, match="ttt_stepz"):
+        from_dict(EagleRecipe, {"family": "eagle3", "data": data, "eagle": {"ttt_stepz": 3}})
+    # a drafter for one target refuses another one (other hidden size / layer count)
+    recipe = tiny_eagle_recipe(tmp_path / "c", testbed_tiny[0], chat, train={"max_steps": 2})
+    run(recipe)
+    target = load_target(recipe.target, "cpu")
+    other = replace(target.fingerprint(), hidden_size=512)
+
+    class OtherTarget:
+        def fingerprint(self):
+            return other
+
+    with pytest.raises(FingerprintMismatchError, match="hidden_size"):
+        load_eagle(Path(recipe.output_dir), OtherTarget())

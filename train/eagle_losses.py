@@ -1,0 +1,111 @@
+"""EAGLE training losses over one batch, as sums (the recipe divides by the global count).
+
+Index conventions: drafter position t reads (x_{t+1}, the target's state at t) and predicts
+x_{t+2}, whose target distribution is the target's at position t+1. Position t counts when
+x_{t+2} is supervised and in the same packed sample.
+
+EAGLE-1: SmoothL1(h_t, f_{t+1}) + 0.1 x soft CE(lm_head(h_t), p_{t+1}).
+EAGLE-3 with training-time test: step j (0..k-1) reads x_{t+1+j} and the layer's own output of
+step j-1 at t, sees step-0 keys causally and its own position's keys of steps 1..j, and is
+scored by weight^j x soft CE over the draft vocabulary against p_{t+1+j} renormalised over it;
+positions whose target argmax lies outside the draft vocabulary carry no loss (their
+accuracy counts as a miss).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from ..architectures.eagle import shift
+from ..data.batching import Batch
+
+Stats = dict[str, torch.Tensor]  # name -> [sum, count]
+
+
+def attention_allowed(batch: Batch) -> torch.Tensor:
+    """[b, 1, s, s] bool: causal within each sample; padded queries see only themselves."""
+    if batch.packed:
+        allowed = batch.attention_mask == 0
+    else:
+        s = batch.input_ids.shape[1]
+        causal = torch.tril(torch.ones(s, s, dtype=torch.bool, device=batch.input_ids.device))
+        allowed = causal[None, None] & batch.attention_mask.bool()[:, None, None, :]
+    eye = torch.eye(allowed.shape[-1], dtype=torch.bool, device=allowed.device)
+    return allowed | eye
+
+
+def real_positions(batch: Batch, ahead: int) -> torch.Tensor:
+    """[b, s] bool: x_{t+ahead} is supervised and in position t's sample."""
+    pos = batch.position_ids
+    same = shift(pos, ahead, fill=-1) == pos + ahead
+    return same & shift(batch.loss_mask.bool(), ahead, fill=False)
+
+
+def noisy(features: torch.Tensor, amplitude: float, training: bool) -> torch.Tensor:
+    """Features plus uniform noise in [-amplitude, amplitude] (training only)."""
+    if amplitude <= 0 or not training:
+        return features
+    return features + (torch.rand_like(features) * 2 - 1) * amplitude
+
+
+def soft_ce(logits: torch.Tensor, target_probs: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy of `logits` [n, v] against probabilities [n, v], per row."""
+    return -(target_probs * F.log_softmax(logits.float(), dim=-1)).sum(-1)
+
+
+def eagle1_loss_sums(
+    outputs: list[tuple[torch.Tensor, torch.Tensor]],  # the drafter's forward, one step
+    keep: torch.Tensor,  # [b, s] bool: the positions `outputs` holds
+    final: torch.Tensor,  # [b, s, h] target final post-norm states
+    target_logits: torch.Tensor,  # [b, s, V]
+) -> tuple[torch.Tensor, Stats]:
+    """Summed EAGLE-1 loss: SmoothL1 to the next feature + 0.1 x soft CE; stats."""
+    ((hidden, logits),) = outputs
+    want_feature = shift(final, 1)[keep].float()
+    probs = torch.softmax(shift(target_logits, 1)[keep].float(), dim=-1)
+    feature = F.smooth_l1_loss(hidden.float(), want_feature, reduction="none").mean(-1)
+    loss = feature.sum() + 0.1 * soft_ce(logits, probs).sum()
+    count = keep.sum().to(loss.dtype)
+    with torch.no_grad():
+        hits = (logits.argmax(-1) == probs.argmax(-1)).sum().to(loss.dtype)
+    stats = {
+        "feature_loss": torch.stack([feature.detach().sum(), count]),
+        "acc_0": torch.stack([hits, count]),
+    }
+    return loss, stats
+
+
+def eagle3_loss_sums(
+    outputs: list[tuple[torch.Tensor, torch.Tensor]],  # the drafter's forward, per TTT step
+    select: list[torch.Tensor],  # per step, [b, s] bool: the positions of outputs[j]
+    target_logits: torch.Tensor,  # [b, s, V]
+    d2t: torch.Tensor,  # [draft vocab] target id offsets
+    t2d: torch.Tensor,  # [V] bool: target ids in the draft vocabulary
+    decay: float,
+) -> tuple[torch.Tensor, Stats]:
+    """Summed sum_j decay^j x soft CE over the draft vocabulary; per-step top-1 accuracy."""
+    loss = torch.zeros((), device=target_logits.device)
+    stats: Stats = {}
+    for j, ((_, logits), real) in enumerate(zip(outputs, select, strict=True)):
+        target = shift(target_logits, 1 + j)[real].float()
+        wanted = target.argmax(-1)
+        in_vocab = t2d[wanted]
+        probs = torch.softmax(target[:, t2d], dim=-1)
+        ce = soft_ce(logits, probs)
+        loss = loss + (decay**j) * ce[in_vocab].sum()
+        with torch.no_grad():
+            draft_ids = logits.argmax(-1)
+            hits = (draft_ids + d2t[draft_ids] == wanted).sum().to(loss.dtype)
+            stats[f"acc_{j}"] = torch.stack([hits, real.sum().to(loss.dtype)])
+    return loss, stats
+
+
+def simulated_acceptance_length(accuracies: list[float]) -> float:
+    """1 + sum_j prod_{i<=j} acc_i: the tau a chain of len(accuracies) drafts would reach if
+    each step's teacher-forced accuracy were its acceptance rate given the previous ones."""
+    tau, survive = 1.0, 1.0
+    for acc in accuracies:
+        survive *= acc
+        tau += survive
+    return tau
