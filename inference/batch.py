@@ -22,7 +22,14 @@ import torch
 
 from .acceptance import accept
 from .errors import GenerationError
-from .generate import GenerationMetrics, GenerationOutput, SpeculativeGenerator, _cut_at_stop
+from .generate import (
+    GenerationMetrics,
+    GenerationOutput,
+    SpeculativeGenerator,
+    _cut_at_stop,
+    fused_states,
+    target_states,
+)
 from .kv_cache import _layers, cache_kwargs
 from .proposers import Proposer
 from .sampling import SamplingParams
@@ -95,23 +102,39 @@ class BatchGenerator:
         self, prompts: Sequence[str | list[int]], params: SamplingParams | None = None
     ) -> BatchOutput:
         """Generate a continuation of every prompt; outputs come back in prompt order."""
-        from transformers import DynamicCache
-
         params = params or SamplingParams()
         if not prompts:
             raise GenerationError("no prompts given")
         contexts = [self.single._encode(p) for p in prompts]
         proposers = [self.proposer_factory() if self.proposer_factory else None for _ in prompts]
+        for proposer in proposers:
+            if hasattr(proposer, "reset"):
+                proposer.reset()
+        with target_states(proposers[0], self.target) as captured:
+            return self._generate(contexts, proposers, params, captured)
+
+    def _observe(self, captured, proposers, row: int, rows: list[int], slots) -> None:
+        """Hand request `rows[row]`'s proposer the target states of its committed `slots`."""
+        if captured is not None:
+            proposer = proposers[rows[row]]
+            proposer.observe(fused_states(captured, proposer.target_layers)[row, slots])
+
+    def _generate(self, contexts, proposers, params, captured) -> BatchOutput:
+        from transformers import DynamicCache
+
         generator = None if params.greedy else params.generator(self.device)
-        metrics = [GenerationMetrics() for _ in prompts]
-        generated: list[list[int]] = [[] for _ in prompts]
-        finish = [""] * len(prompts)
+        metrics = [GenerationMetrics() for _ in contexts]
+        generated: list[list[int]] = [[] for _ in contexts]
+        finish = [""] * len(contexts)
         started = time.perf_counter()
 
         cache = DynamicCache()
-        active = list(range(len(prompts)))
+        active = list(range(len(contexts)))
         lengths = [len(c) - 1 for c in contexts]  # cache slots per row (all but the root)
         self._prefill(cache, contexts, lengths)
+        if max(lengths) > 0:
+            for r in active:
+                self._observe(captured, proposers, r, active, slice(0, lengths[r]))
         prefill_seconds = time.perf_counter() - started
         rounds = 0
         while active:
@@ -139,6 +162,7 @@ class BatchGenerator:
             keep_rows, keep_slots = [], []
             for i, r in enumerate(active):
                 tokens, slots = new_tokens[i]
+                self._observe(captured, proposers, i, active, slots)
                 finish[r] = self.single._extend(generated[r], contexts[r], tokens, params)
                 if not finish[r] and self._room(params, generated[r], contexts[r]) <= 0:
                     finish[r] = (
@@ -156,7 +180,7 @@ class BatchGenerator:
                 _gather_cache(cache, torch.tensor(keep_rows), torch.tensor(padded))
         total = time.perf_counter() - started
         outputs = []
-        for r in range(len(prompts)):
+        for r in range(len(contexts)):
             metrics[r].num_generated_tokens = len(generated[r])
             metrics[r].prefill_seconds = prefill_seconds
             metrics[r].total_seconds = total

@@ -9,6 +9,7 @@ attention mask and depth-based positions when the proposal branches.
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 
 import torch
@@ -83,6 +84,22 @@ class GenerationOutput:
     finish_reason: str  # "eos", "stop_string", "length" or "context"
 
 
+def target_states(proposer, target):
+    """A context that captures the target states `proposer` reads (its `target_layers`), or
+    a no-op for proposers that read none. Yields {HF index: [b, s, h]}, refreshed per forward."""
+    layers = getattr(proposer, "target_layers", None)
+    if not layers:
+        return nullcontext(None)
+    from ..architectures.target import TargetAdapter
+
+    return TargetAdapter(target).capture(layers)
+
+
+def fused_states(captured: dict, layers) -> torch.Tensor:
+    """[b, s, k*h]: the captured states concatenated in the proposer's layer order."""
+    return torch.cat([captured[layer] for layer in layers], dim=-1)
+
+
 def _tree_mask(proposal: Proposal, past: int, dtype: torch.dtype) -> torch.Tensor:
     """[1, 1, n+1, past+n+1] additive mask: all past positions, then ancestors in the tree."""
     ancestors = proposal.ancestor_mask()
@@ -145,8 +162,6 @@ class SpeculativeGenerator:
     @torch.no_grad()
     def generate(self, prompt: str | list[int], params: SamplingParams | None = None):
         """Generate a continuation of `prompt` (text or token ids)."""
-        from transformers import DynamicCache
-
         params = params or SamplingParams()
         prompt_ids = self._encode(prompt)
         if hasattr(self.proposer, "reset"):
@@ -157,10 +172,17 @@ class SpeculativeGenerator:
         metrics = GenerationMetrics()
         started = time.perf_counter()
 
+        with target_states(self.proposer, self.target) as captured:
+            return self._generate(prompt_ids, params, generator, metrics, started, captured)
+
+    def _generate(self, prompt_ids, params, generator, metrics, started, captured):
+        from transformers import DynamicCache
+
         cache = DynamicCache()  # filled in place by every forward
         if len(prompt_ids) > 1:
             prefill = torch.tensor([prompt_ids[:-1]], device=self.device)
             self.target(input_ids=prefill, **cache_kwargs(self.target, cache, True))
+            self._observe(captured, slice(None))
         metrics.prefill_seconds = time.perf_counter() - started
 
         context = list(prompt_ids)
@@ -176,7 +198,7 @@ class SpeculativeGenerator:
             draft_before, verify_before = metrics.draft_seconds, metrics.verify_seconds
             proposal = self._propose(context, self._gamma(room - 1), params, generator, metrics)
             new_tokens = self._verify_and_commit(
-                context[-1], proposal, cache, params, generator, metrics
+                context[-1], proposal, cache, params, generator, metrics, captured
             )
             if isinstance(self.speculation, AdaptiveLength):
                 self.speculation.observe(
@@ -213,7 +235,15 @@ class SpeculativeGenerator:
             metrics.num_draft_tokens += len(proposal)
         return proposal
 
-    def _verify_and_commit(self, root, proposal, cache, params, generator, metrics) -> list[int]:
+    def _observe(self, captured, slots) -> None:
+        """Hand the proposer the target states of the committed positions `slots`."""
+        if captured is not None:
+            states = fused_states(captured, self.proposer.target_layers)[0, slots]
+            self.proposer.observe(states)
+
+    def _verify_and_commit(
+        self, root, proposal, cache, params, generator, metrics, captured=None
+    ) -> list[int]:
         """One target forward over [root, nodes...]; roll the cache to the accepted path."""
         began = time.perf_counter()
         past = cache_length(cache)
@@ -229,6 +259,7 @@ class SpeculativeGenerator:
             crop(cache, past + 1 + len(accepted))
         else:
             keep_tail(cache, past, [0] + [node + 1 for node in accepted])
+        self._observe(captured, [0] + [node + 1 for node in accepted])
         metrics.verify_seconds += time.perf_counter() - began
         metrics.num_target_forwards += 1
         metrics.num_accepted_tokens += len(accepted)

@@ -35,11 +35,20 @@ def attention_allowed(batch: Batch) -> torch.Tensor:
     return allowed | eye
 
 
-def real_positions(batch: Batch, ahead: int) -> torch.Tensor:
-    """[b, s] bool: x_{t+ahead} is supervised and in position t's sample."""
+def ahead(t: torch.Tensor, by: int, keep: torch.Tensor) -> torch.Tensor:
+    """`shift(t, by)[keep]` without copying t: rows of t at positions t + by where `keep`
+    (whose last `by` columns must be False) is set."""
+    width = t.shape[1]
+    if keep[:, width - by :].any():
+        raise ValueError("keep selects positions past the end of the sequence")
+    return t[:, by:][keep[:, : width - by]]
+
+
+def real_positions(batch: Batch, distance: int) -> torch.Tensor:
+    """[b, s] bool: x_{t+distance} is supervised and in position t's sample."""
     pos = batch.position_ids
-    same = shift(pos, ahead, fill=-1) == pos + ahead
-    return same & shift(batch.loss_mask.bool(), ahead, fill=False)
+    same = shift(pos, distance, fill=-1) == pos + distance
+    return same & shift(batch.loss_mask.bool(), distance, fill=False)
 
 
 def noisy(features: torch.Tensor, amplitude: float, training: bool) -> torch.Tensor:
@@ -62,8 +71,8 @@ def eagle1_loss_sums(
 ) -> tuple[torch.Tensor, Stats]:
     """Summed EAGLE-1 loss: SmoothL1 to the next feature + 0.1 x soft CE; stats."""
     ((hidden, logits),) = outputs
-    want_feature = shift(final, 1)[keep].float()
-    probs = torch.softmax(shift(target_logits, 1)[keep].float(), dim=-1)
+    want_feature = ahead(final, 1, keep).float()
+    probs = torch.softmax(ahead(target_logits, 1, keep).float(), dim=-1)
     feature = F.smooth_l1_loss(hidden.float(), want_feature, reduction="none").mean(-1)
     loss = feature.sum() + 0.1 * soft_ce(logits, probs).sum()
     count = keep.sum().to(loss.dtype)
@@ -88,7 +97,7 @@ def eagle3_loss_sums(
     loss = torch.zeros((), device=target_logits.device)
     stats: Stats = {}
     for j, ((_, logits), real) in enumerate(zip(outputs, select, strict=True)):
-        target = shift(target_logits, 1 + j)[real].float()
+        target = ahead(target_logits, 1 + j, real).float()
         wanted = target.argmax(-1)
         in_vocab = t2d[wanted]
         probs = torch.softmax(target[:, t2d], dim=-1)

@@ -1,0 +1,198 @@
+"""EAGLE proposers: chain drafting and EAGLE-2 dynamic trees over the drafter's own cache.
+
+The generate loops hand the proposer the target's states at the drafter's layers for every
+committed position (`observe`): the prefill's, then after each verification the root's and the
+accepted nodes'. `propose` first feeds the pending (state, next token) pairs into the drafter's
+cache — these entries are real and stay — then drafts on top of them; whatever it drafted is
+cropped away before it returns, so the next round starts from real entries only.
+
+Chain: greedy (T=0) or sampled from the drafter's distribution q (T>0, q returned for lossless
+acceptance). Tree (EAGLE-2): the root's top_k children start the frontier; each of `depth - 1`
+rounds feeds the frontier in one drafter forward (each node sees the real cache, its ancestors
+and itself), scores every child by cumulative draft log-probability, and keeps the top_k
+children as the next frontier; at the end the best `total_tokens` of all scored candidates form
+the tree (a child never outranks its parent, so they form a connected tree). Tree nodes are
+deterministic candidates (no q): acceptance treats them as such, which keeps sampling lossless.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ..architectures.eagle import DraftCache, EagleDrafter, load_eagle
+from ..architectures.target import TargetAdapter
+from .sampling import SamplingParams, probabilities, sample
+from .tree import Proposal
+
+
+@dataclass(frozen=True)
+class TreeSettings:
+    """EAGLE-2 dynamic-tree budget."""
+
+    top_k: int = 10  # children scored per expanded node, and the frontier width
+    depth: int = 6  # maximum tree depth (draft tokens on one path)
+    total_tokens: int = 60  # draft tokens kept for verification
+
+    def __post_init__(self) -> None:
+        if min(self.top_k, self.depth, self.total_tokens) < 1:
+            raise ValueError("tree top_k, depth and total_tokens must be >= 1")
+
+
+class EagleProposer:
+    """Drafts with an EAGLE-1/3 drafter; a chain, or an EAGLE-2 tree when `tree` is given."""
+
+    def __init__(self, drafter: EagleDrafter, tree: TreeSettings | None = None) -> None:
+        self.drafter = drafter.eval()
+        self.tree = tree
+        self.target_layers = drafter.layers
+        self.device = drafter.fc.weight.device
+        self.dtype = drafter.fc.weight.dtype
+        self.reset()
+
+    @classmethod
+    def from_pretrained(
+        cls, path: str | Path, target, tokenizer=None, tree: TreeSettings | None = None
+    ) -> EagleProposer:
+        """Load a drafter folder for `target` (a transformers causal LM), checked against it."""
+        adapter = TargetAdapter(target, tokenizer)
+        return cls(load_eagle(Path(path), adapter, dtype=target.dtype), tree)
+
+    def reset(self) -> None:
+        """Forget the request: empty cache, no pending states."""
+        self.cache = DraftCache()
+        self.fed = 0  # real positions in the cache
+        self.pending: list[torch.Tensor] = []  # [n, k*h] target states not yet fed
+
+    def observe(self, states: torch.Tensor) -> None:
+        """Target states [n, k*h] of the next n committed positions."""
+        if len(states):
+            self.pending.append(states.to(self.device, self.dtype))
+
+    # -- feeding the real context --------------------------------------------------------
+    def _catch_up(self, context: list[int]) -> torch.Tensor | None:
+        """Feed pending states with their next tokens; the last real output [1, 1, h]
+        (None for a one-token prompt, which has no state to draft from yet)."""
+        if not self.pending:
+            if len(context) == 1:
+                return None
+            raise RuntimeError("EagleProposer.propose called with no new target states")
+        states = torch.cat(self.pending)[None]
+        self.pending = []
+        n = states.shape[1]
+        if self.fed + n != len(context) - 1:
+            raise RuntimeError(
+                f"target states cover {self.fed + n} positions, the context has {len(context)} "
+                "tokens; every committed position but the last needs its state"
+            )
+        ids = torch.tensor([context[self.fed + 1 : self.fed + n + 1]], device=self.device)
+        positions = torch.arange(self.fed, self.fed + n, device=self.device)[None]
+        total = len(self.cache) + n
+        mask = torch.ones(n, total, dtype=torch.bool, device=self.device).tril(total - n)
+        hidden = self.drafter.extend(
+            ids, self.drafter.fuse(states), positions, self.cache, mask[None, None]
+        )
+        self.fed += n
+        return hidden[:, -1:]
+
+    @torch.no_grad()
+    def propose(
+        self,
+        context: list[int],
+        max_tokens: int,
+        params: SamplingParams,
+        generator: torch.Generator | None,
+    ) -> Proposal:
+        last = self._catch_up(context)
+        if max_tokens <= 0 or last is None:
+            return Proposal.chain([])
+        try:
+            if self.tree is not None:
+                return self._tree(last, max_tokens)
+            return self._chain(last, max_tokens, params, generator)
+        finally:
+            self.cache.crop(self.fed)
+
+    # -- chain ---------------------------------------------------------------------------
+    def _chain(self, last, max_tokens, params, generator) -> Proposal:
+        drafter = self.drafter
+        tokens: list[int] = []
+        draft_probs = []
+        vocab = drafter.fields["vocab_size"]
+        for step in range(max_tokens):
+            logits = drafter.logits(last)[0, -1].float()
+            if params.greedy:
+                draft_id = int(logits.argmax())
+            else:
+                q = probabilities(logits, params)
+                draft_id = sample(q, generator)
+                full = torch.zeros(vocab, dtype=q.dtype, device=q.device)
+                full[drafter.to_target_ids(torch.arange(len(q), device=q.device))] = q
+                draft_probs.append(full)
+            token = int(drafter.to_target_ids(torch.tensor(draft_id, device=self.device)))
+            tokens.append(token)
+            if step + 1 == max_tokens:
+                break
+            ids = torch.tensor([[token]], device=self.device)
+            positions = torch.tensor([[self.fed + step]], device=self.device)
+            mask = torch.ones(1, 1, 1, len(self.cache) + 1, dtype=torch.bool, device=self.device)
+            last = drafter.extend(ids, last, positions, self.cache, mask)
+        return Proposal.chain(tokens, None if params.greedy else torch.stack(draft_probs))
+
+    # -- EAGLE-2 dynamic tree -----------------------------------------------------------
+    def _tree(self, root_hidden: torch.Tensor, max_depth: int) -> Proposal:
+        drafter, settings = self.drafter, self.tree
+        depth_limit = min(settings.depth, max_depth)
+        # candidates: target token, parent candidate (-1 = root), score, depth
+        tokens: list[int] = []
+        parents: list[int] = []
+        scores: list[float] = []
+        slot_of: dict[int, int] = {}  # candidate -> its cache slot once fed
+        logp = torch.log_softmax(drafter.logits(root_hidden)[0, -1].float(), dim=-1)
+        frontier = self._children(logp, -1, 0.0, tokens, parents, scores, settings.top_k)
+        hidden_of = {c: root_hidden[0, 0] for c in frontier}
+        for depth in range(2, depth_limit + 1):
+            base = len(self.cache)
+            ids = torch.tensor([[tokens[c] for c in frontier]], device=self.device)
+            g = torch.stack([hidden_of[c] for c in frontier])[None]
+            positions = torch.full_like(ids, self.fed + depth - 2)
+            mask = torch.zeros(1, 1, len(frontier), base + len(frontier), dtype=torch.bool)
+            mask[..., : self.fed] = True
+            for row, c in enumerate(frontier):
+                slot_of[c] = base + row
+                mask[0, 0, row, base + row] = True
+                ancestor = parents[c]
+                while ancestor >= 0:
+                    mask[0, 0, row, slot_of[ancestor]] = True
+                    ancestor = parents[ancestor]
+            out = drafter.extend(ids, g, positions, self.cache, mask.to(self.device))
+            logps = torch.log_softmax(drafter.logits(out)[0].float(), dim=-1)
+            children: list[int] = []
+            for row, c in enumerate(frontier):
+                new = self._children(
+                    logps[row], c, scores[c], tokens, parents, scores, settings.top_k
+                )
+                for child in new:
+                    hidden_of[child] = out[0, row]
+                children += new
+            children.sort(key=lambda c: (-scores[c], c))
+            frontier = children[: settings.top_k]
+        keep = sorted(range(len(tokens)), key=lambda c: (-scores[c], c))[: settings.total_tokens]
+        keep.sort()  # creation order: parents precede children
+        index = {c: i for i, c in enumerate(keep)}
+        return Proposal(
+            [tokens[c] for c in keep], [index[parents[c]] if parents[c] >= 0 else -1 for c in keep]
+        )
+
+    def _children(self, logp, parent, parent_score, tokens, parents, scores, k) -> list[int]:
+        """Record the top-k children of `parent` as candidates; their indices."""
+        top = logp.topk(min(k, logp.shape[-1]))
+        ids = self.drafter.to_target_ids(top.indices).tolist()
+        first = len(tokens)
+        for token, value in zip(ids, top.values.tolist(), strict=True):
+            tokens.append(token)
+            parents.append(parent)
+            scores.append(parent_score + value)
+        return list(range(first, len(tokens)))

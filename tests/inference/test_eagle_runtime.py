@@ -1,0 +1,111 @@
+"""EAGLE proposers in the runtime: greedy identity (chain and EAGLE-2 tree, batch 1 and 4),
+lossless sampling plumbing, and the drafter's state following the committed tokens."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from draftzoo.inference.batch import BatchGenerator
+from draftzoo.inference.eagle import EagleProposer, TreeSettings
+from draftzoo.inference.generate import SpeculativeGenerator
+from draftzoo.inference.sampling import SamplingParams
+from draftzoo.train.eagle import run
+from tests.inference.test_batch import PROMPTS
+from tests.train.helpers import tiny_eagle_recipe, write_chat_jsonl
+
+
+@pytest.fixture(scope="module")
+def drafters(testbed_tiny, tmp_path_factory) -> dict[str, Path]:
+    """EAGLE-1 and EAGLE-3 drafters trained briefly on testbed-tiny (real steps)."""
+    root = tmp_path_factory.mktemp("eagle")
+    chat = write_chat_jsonl(root / "chat.jsonl", 48)
+    out = {}
+    for kind in ("eagle1", "eagle3"):
+        recipe = tiny_eagle_recipe(
+            root / kind,
+            testbed_tiny[0],
+            chat,
+            eagle={"kind": kind},
+            train={"max_steps": 40, "lr": 5e-3, "warmup_steps": 2, "checkpoint_every": 100},
+        )
+        run(recipe)
+        out[kind] = Path(recipe.output_dir)
+    return out
+
+
+@pytest.fixture(scope="module")
+def target_and_tokenizer(testbed_tiny):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = testbed_tiny[0]
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    return model, AutoTokenizer.from_pretrained(path)
+
+
+@pytest.fixture(scope="module")
+def reference(target_and_tokenizer):
+    model, tokenizer = target_and_tokenizer
+    params = SamplingParams(max_new_tokens=32)
+    return [SpeculativeGenerator(model, tokenizer).generate(p, params).token_ids for p in PROMPTS]
+
+
+CASES = {
+    "eagle1-chain": ("eagle1", None),
+    "eagle3-chain": ("eagle3", None),
+    "eagle3-tree": ("eagle3", TreeSettings(top_k=4, depth=4, total_tokens=12)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_greedy_output_equals_target_only_batch_1_and_4(
+    drafters, target_and_tokenizer, reference, case
+):
+    model, tokenizer = target_and_tokenizer
+    kind, tree = CASES[case]
+    proposer = EagleProposer.from_pretrained(drafters[kind], model, tokenizer, tree)
+    single = SpeculativeGenerator(model, tokenizer, proposer, num_speculative_tokens=4)
+    params = SamplingParams(max_new_tokens=32)
+    outputs = [single.generate(p, params) for p in PROMPTS]
+    assert [o.token_ids for o in outputs] == reference
+    tokens = sum(o.metrics.num_generated_tokens for o in outputs)
+    forwards = sum(o.metrics.num_target_forwards for o in outputs)
+    assert tokens / forwards > 1.2, f"{case}: tau {tokens / forwards:.2f}"
+    drafter = proposer.drafter
+    batch = BatchGenerator(
+        model, tokenizer, lambda: EagleProposer(drafter, tree), num_speculative_tokens=4
+    )
+    out = batch.generate(PROMPTS, params)
+    assert [o.token_ids for o in out.outputs] == reference
+    assert out.num_rounds < max(len(r) for r in reference)
+
+
+def test_tree_beats_chain_in_tau(drafters, target_and_tokenizer):
+    model, tokenizer = target_and_tokenizer
+    params = SamplingParams(max_new_tokens=32)
+    taus = {}
+    for name, tree in (("chain", None), ("tree", TreeSettings(top_k=4, depth=4, total_tokens=16))):
+        proposer = EagleProposer.from_pretrained(drafters["eagle3"], model, tokenizer, tree)
+        generator = SpeculativeGenerator(model, tokenizer, proposer, num_speculative_tokens=4)
+        outs = [generator.generate(p, params) for p in PROMPTS]
+        taus[name] = sum(o.metrics.num_generated_tokens for o in outs) / sum(
+            o.metrics.num_target_forwards for o in outs
+        )
+    assert taus["tree"] > taus["chain"], taus
+
+
+def test_sampling_runs_and_drafter_cache_holds_only_real_positions(drafters, target_and_tokenizer):
+    model, tokenizer = target_and_tokenizer
+    proposer = EagleProposer.from_pretrained(drafters["eagle3"], model, tokenizer)
+    generator = SpeculativeGenerator(model, tokenizer, proposer, num_speculative_tokens=4)
+    params = SamplingParams(temperature=1.0, max_new_tokens=24, seed=3)
+    out = generator.generate(PROMPTS[0], params)
+    prompt_len = len(tokenizer(PROMPTS[0], add_special_tokens=False).input_ids)
+    assert out.metrics.num_draft_tokens > 0
+    # after the last round the cache holds real entries only: one per committed position
+    # that has a target state, i.e. all but the positions committed in the last round
+    assert len(proposer.cache) == proposer.fed <= prompt_len + len(out.token_ids) - 1
+    again = generator.generate(PROMPTS[0], params)
+    assert again.token_ids == out.token_ids  # same seed, same output: no state leaks
