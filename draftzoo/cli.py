@@ -4,7 +4,8 @@ draftzoo testbed build --size tiny --output-dir runs/testbed-tiny
 draftzoo testbed info
 draftzoo train recipes/draft_lm/testbed-small.yaml [--set train.max_steps=10]
 draftzoo capture recipes/draft_lm/testbed-small.yaml --dir runs/capture
-accelerate launch --config_file recipes/launch/ddp-cpu.yaml -m draftzoo train RECIPE
+draftzoo generate --eagle runs/eagle3-testbed-small --tree --prompt 'def add(a, b):'
+accelerate launch --config_file recipes/launch/ddp.yaml -m draftzoo train RECIPE
 """
 
 from __future__ import annotations
@@ -86,6 +87,9 @@ def _generate(args: argparse.Namespace) -> int:
     from draftzoo.inference.sampling import SamplingParams
     from draftzoo.train.testbed import committed_testbed_dir
 
+    if args.tree and not args.eagle:
+        print("draftzoo: error: --tree needs --eagle DRAFTER", file=sys.stderr)
+        return 2
     params = SamplingParams(
         temperature=args.temperature,
         top_k=args.top_k,
@@ -103,6 +107,13 @@ def _generate(args: argparse.Namespace) -> int:
     elif args.draft:
         draft = AutoModelForCausalLM.from_pretrained(args.draft, dtype=torch.float32)
         proposer = DraftModelProposer(draft, AutoTokenizer.from_pretrained(args.draft), tokenizer)
+    elif args.eagle:
+        from draftzoo.inference.eagle import EagleProposer, TreeSettings
+
+        tree = (
+            TreeSettings(args.tree_top_k, args.tree_depth, args.tree_tokens) if args.tree else None
+        )
+        proposer = EagleProposer.from_pretrained(args.eagle, target, tokenizer, tree)
     generator = SpeculativeGenerator(target, tokenizer, proposer, args.num_speculative_tokens)
     out = generator.generate(args.prompt, params)
     print(args.prompt + out.text)
@@ -274,13 +285,23 @@ def build_parser() -> argparse.ArgumentParser:
     gen = commands.add_parser(
         "generate",
         help="generate with the speculative runtime and print the text and its metrics",
-        description="Target-only decoding unless --draft or --prompt-lookup is given. "
+        description="Target-only decoding unless --draft, --eagle or --prompt-lookup is given. "
         "Greedy at --temperature 0; sampling is lossless (rejection sampling).",
     )
     gen.add_argument("--target", help="target model folder (default: the committed testbed-small)")
     drafts = gen.add_mutually_exclusive_group()
     drafts.add_argument("--draft", help="a draft causal LM sharing the target's tokenizer")
     drafts.add_argument("--prompt-lookup", action="store_true", help="n-gram prompt-lookup drafts")
+    drafts.add_argument("--eagle", help="an EAGLE-1 or EAGLE-3 drafter folder for this target")
+    gen.add_argument(
+        "--tree",
+        action="store_true",
+        help="EAGLE: draft EAGLE-2 dynamic trees instead of chains (--num-speculative-tokens "
+        "then caps the tree depth)",
+    )
+    gen.add_argument("--tree-top-k", type=int, default=10, help="EAGLE-2: children per node")
+    gen.add_argument("--tree-depth", type=int, default=6, help="EAGLE-2: maximum depth")
+    gen.add_argument("--tree-tokens", type=int, default=60, help="EAGLE-2: draft tokens kept")
     gen.add_argument("--min-ngram", type=int, default=1, help="prompt lookup: shortest n-gram")
     gen.add_argument("--max-ngram", type=int, default=3, help="prompt lookup: longest n-gram")
     gen.add_argument("--prompt", required=True, help="the prompt text")

@@ -109,3 +109,16 @@ def test_sampling_runs_and_drafter_cache_holds_only_real_positions(drafters, tar
     assert len(proposer.cache) == proposer.fed <= prompt_len + len(out.token_ids) - 1
     again = generator.generate(PROMPTS[0], params)
     assert again.token_ids == out.token_ids  # same seed, same output: no state leaks
+
+
+def test_generate_command_drafts_eagle2_trees(drafters, testbed_tiny, capsys):
+    from draftzoo.cli import main
+
+    args = ["generate", "--target", str(testbed_tiny[0]), "--eagle", str(drafters["eagle3"])]
+    args += ["--tree", "--tree-top-k", "4", "--tree-depth", "4", "--tree-tokens", "12"]
+    args += ["--prompt", PROMPTS[0], "--max-new-tokens", "16", "--num-speculative-tokens", "4"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(PROMPTS[0]) and "mean_acceptance_length:" in out
+    assert main(["generate", "--target", str(testbed_tiny[0]), "--tree", "--prompt", "x"]) == 2
+    assert "--tree needs --eagle" in capsys.readouterr().err

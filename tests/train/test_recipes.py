@@ -49,3 +49,31 @@ def test_launch_configs_name_a_topology_and_no_hyperparameters(path):
     assert config["distributed_type"] in ("NO", "MULTI_GPU", "DEEPSPEED", "FSDP")
     assert config["mixed_precision"] == "no"  # precision belongs to the recipe
     assert not {"lr", "max_steps", "seed"} & set(config)
+
+
+@pytest.mark.parametrize(
+    "path",
+    sorted([*(RECIPES / "eagle1").glob("*.yaml"), *(RECIPES / "eagle3").glob("*.yaml")]),
+    ids=lambda p: f"{p.parent.name}/{p.name}",
+)
+def test_shipped_eagle_recipes_validate_on_meta(path):
+    from draftzoo.train.eagle import check_on_meta as check_eagle
+
+    recipe = load_recipe(path)
+    summary = check_eagle(recipe, model_config(recipe.target.path))
+    n = summary["target_layers"]
+    expected = [n] if recipe.family == "eagle1" else [2, n // 2, n - 3]
+    assert summary["hidden_state_layers"] == expected
+    assert summary["drafter_parameters"] < summary["target_parameters"] / 4
+
+
+def test_real_eagle3_drafters_have_the_published_shapes():
+    from draftzoo.train.eagle import check_on_meta as check_eagle
+
+    llama = load_recipe(RECIPES / "eagle3" / "llama-3.1-8b-instruct.yaml")
+    summary = check_eagle(llama, model_config(llama.target.path))
+    # fc 3h->h, q/k/v over 2h, o, MLP, lm_head over 32k draft tokens (h 4096, 14336 MLP)
+    assert summary["drafter_parameters"] == 424_689_664
+    assert summary["hidden_state_layers"] == [2, 16, 29]
+    qwen = load_recipe(RECIPES / "eagle3" / "qwen3-8b.yaml")
+    assert check_eagle(qwen, model_config(qwen.target.path))["hidden_state_layers"] == [2, 18, 33]
