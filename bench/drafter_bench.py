@@ -1,0 +1,128 @@
+"""Drafter families side by side: tau and end-to-end speedup over target-only, batch 1.
+
+    python bench/drafter_bench.py --draft-lm recipes/drafters/draft-lm-testbed-small \
+        --eagle1 runs/eagle1-testbed-small --eagle3 runs/eagle3-testbed-small \
+        --prompt-set humaneval --prompts 20 --temperatures 0 1
+
+Every method decodes the same prompts (chat-rendered) with the same target in one process,
+interleaved prompt by prompt, after one warm-up prompt: target-only, the draft LM (chain),
+EAGLE-1 (chain), EAGLE-3 (chain) and EAGLE-3 with EAGLE-2 dynamic trees. Chains draft a fixed
+--gamma tokens; trees use --tree-top-k / --tree-depth / --tree-tokens. At T > 0 every method
+samples with the same per-prompt seed (outputs differ by design; sampling is lossless, which
+the test suite checks by distribution). Printed per method: tau, tokens/s, speedup over
+target-only, milliseconds of drafting and of verification per round and their ratio (the cost
+that separates the speedup from tau), and at T = 0 the prompts whose output differs from
+target-only (the contract is 0).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections import defaultdict
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from draftzoo.data.prompts import load_prompt_set
+from draftzoo.inference.eagle import EagleProposer, TreeSettings
+from draftzoo.inference.generate import SpeculativeGenerator
+from draftzoo.inference.proposers import DraftModelProposer
+from draftzoo.inference.sampling import SamplingParams
+from draftzoo.train.testbed import committed_testbed_dir
+
+
+def build_methods(args, target, tokenizer) -> dict[str, SpeculativeGenerator]:
+    """One generator per method (None proposer = target-only)."""
+    methods = {"target-only": SpeculativeGenerator(target, tokenizer)}
+    if args.draft_lm:
+        draft = AutoModelForCausalLM.from_pretrained(args.draft_lm, dtype=torch.float32).eval()
+        draft_tokenizer = AutoTokenizer.from_pretrained(args.draft_lm)
+        proposer = DraftModelProposer(draft, draft_tokenizer, tokenizer)
+        methods["draft-LM chain"] = SpeculativeGenerator(target, tokenizer, proposer, args.gamma)
+    tree = TreeSettings(args.tree_top_k, args.tree_depth, args.tree_tokens)
+    for kind, folder in (("EAGLE-1", args.eagle1), ("EAGLE-3", args.eagle3)):
+        if not folder:
+            continue
+        chain = EagleProposer.from_pretrained(folder, target, tokenizer)
+        methods[f"{kind} chain"] = SpeculativeGenerator(target, tokenizer, chain, args.gamma)
+        if kind == "EAGLE-3" or args.eagle1_tree:
+            trees = EagleProposer(chain.drafter, tree)
+            methods[f"{kind} tree"] = SpeculativeGenerator(
+                target, tokenizer, trees, args.tree_depth
+            )
+    return methods
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--target", default=str(committed_testbed_dir()))
+    parser.add_argument("--draft-lm", help="a draft LM folder")
+    parser.add_argument("--eagle1", help="an EAGLE-1 drafter folder")
+    parser.add_argument("--eagle3", help="an EAGLE-3 drafter folder")
+    parser.add_argument("--eagle1-tree", action="store_true", help="add EAGLE-1 with trees")
+    parser.add_argument("--prompt-set", default="humaneval", help="humaneval or stdlib-heldout")
+    parser.add_argument("--prompts", type=int, default=20)
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--temperatures", type=float, nargs="+", default=[0.0, 1.0])
+    parser.add_argument("--gamma", type=int, default=4, help="chain length")
+    parser.add_argument("--tree-top-k", type=int, default=10)
+    parser.add_argument("--tree-depth", type=int, default=6)
+    parser.add_argument("--tree-tokens", type=int, default=60)
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = default)")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+
+    tokenizer = AutoTokenizer.from_pretrained(args.target)
+    target = AutoModelForCausalLM.from_pretrained(args.target, dtype=torch.float32).eval()
+    methods = build_methods(args, target, tokenizer)
+    prompts = [p.render(tokenizer, chat=True) for p in load_prompt_set(args.prompt_set)]
+    prompts = prompts[: args.prompts + 1]
+    tree = f"top_k {args.tree_top_k}, depth {args.tree_depth}, {args.tree_tokens} tokens"
+    print(
+        f"{args.prompts} {args.prompt_set} prompts, {args.max_new_tokens} new tokens, batch 1, "
+        f"chain gamma {args.gamma}, trees {tree}, {torch.get_num_threads()} threads"
+    )
+    for temperature in args.temperatures:
+        totals: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+        mismatches: dict[str, int] = defaultdict(int)
+        for index, prompt in enumerate(prompts):
+            params = SamplingParams(
+                temperature=temperature, max_new_tokens=args.max_new_tokens, seed=index
+            )
+            reference = None
+            for name, generator in methods.items():
+                began = time.perf_counter()
+                out = generator.generate(prompt, params)
+                seconds = time.perf_counter() - began
+                if name == "target-only":
+                    reference = out.token_ids
+                elif temperature == 0 and out.token_ids != reference:
+                    mismatches[name] += 1
+                if index == 0:
+                    continue  # warm-up
+                row, m = totals[name], out.metrics
+                row["tokens"] += len(out.token_ids)
+                row["seconds"] += seconds
+                row["forwards"] += m.num_target_forwards
+                row["draft"] += m.draft_seconds
+                row["verify"] += m.verify_seconds
+        base = totals["target-only"]["tokens"] / totals["target-only"]["seconds"]
+        print(f"\nT = {temperature:g}")
+        header = f"{'method':16} {'tau':>5} {'tok/s':>7} {'speedup':>8} {'draft ms':>9}"
+        print(header + f" {'verify ms':>10} {'draft/verify':>13} {'mismatch':>9}")
+        for name, row in totals.items():
+            rate = row["tokens"] / row["seconds"]
+            rounds = max(row["forwards"], 1)
+            draft_ms, verify_ms = 1e3 * row["draft"] / rounds, 1e3 * row["verify"] / rounds
+            ratio = draft_ms / verify_ms if verify_ms else 0.0
+            shown = str(mismatches[name]) if temperature == 0 else "-"
+            print(
+                f"{name:16} {row['tokens'] / rounds:5.2f} {rate:7.1f} {rate / base:7.2f}x "
+                f"{draft_ms:9.2f} {verify_ms:10.2f} {ratio:13.2f} {shown:>9}"
+            )
+
+
+if __name__ == "__main__":
+    main()
