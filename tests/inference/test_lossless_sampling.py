@@ -80,9 +80,34 @@ def target_exact():
     return target, _exact_distribution(target, PARAMS)
 
 
+def _eagle3(target, tree: bool):
+    """An untrained EAGLE-3 drafter over a pruned 4-of-6 draft vocabulary (q is 0 on two
+    tokens the target can emit), its head started from the target's rows."""
+    from draftzoo.architectures.eagle import EagleConfig, build_eagle, init_draft_head
+    from draftzoo.architectures.target import TargetAdapter
+    from draftzoo.inference.eagle import EagleProposer, TreeSettings
+
+    torch.manual_seed(3)
+    adapter = TargetAdapter(target)
+    drafter = build_eagle(EagleConfig(layers=(0, 1, 2), draft_vocab_size=4), adapter)
+    kept = torch.tensor([0, 2, 3, 5])
+    t2d = torch.zeros(VOCAB, dtype=torch.bool)
+    t2d[kept] = True
+    drafter.set_vocab_map(kept - torch.arange(4), t2d)
+    init_draft_head(drafter, adapter.lm_head)
+    return EagleProposer(drafter.eval(), TreeSettings(2, 2, 4) if tree else None)
+
+
 @pytest.mark.parametrize(
     "case",
-    ["draft-lm-similar", "draft-lm-bad", "tree-deterministic", "target-only"],
+    [
+        "draft-lm-similar",
+        "draft-lm-bad",
+        "tree-deterministic",
+        "eagle3-chain-pruned-vocab",
+        "eagle3-tree",
+        "target-only",
+    ],
 )
 def test_speculative_sampling_matches_the_target_distribution(target_exact, case):
     target, exact = target_exact
@@ -94,7 +119,9 @@ def test_speculative_sampling_matches_the_target_distribution(target_exact, case
         "draft-lm-bad": DraftModelProposer(bad),
         "tree-deterministic": TopKTreeProposer(bad, width=2),
         "target-only": None,
-    }[case]
+    }.get(case)
+    if case.startswith("eagle3"):
+        proposer = _eagle3(target, tree=case == "eagle3-tree")
     generator = SpeculativeGenerator(target, None, proposer, num_speculative_tokens=2)
     counts, accepted = Counter(), 0
     for seed in range(SAMPLES):

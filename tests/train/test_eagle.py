@@ -143,3 +143,24 @@ def test_bad_eagle_input_fails_before_step_one(testbed_tiny, chat, tmp_path):
 
     with pytest.raises(FingerprintMismatchError, match="hidden_size"):
         load_eagle(Path(recipe.output_dir), OtherTarget())
+
+
+def test_eagle3_trains_from_offline_capture_like_online(testbed_tiny, chat, tmp_path):
+    """`draftzoo capture` stores exactly the recipe's layers; training from the shards gives
+    the online run's loss (up to the same bf16 rounding both modes apply)."""
+    from draftzoo.cli import main
+
+    online = tiny_eagle_recipe(tmp_path / "on", testbed_tiny[0], chat, train={"max_steps": 2})
+    first = run(online).final_loss
+    path = recipe_yaml(online, tmp_path / "r.yaml")
+    shards = tmp_path / "shards"
+    assert main(["capture", str(path), "--dir", str(shards)]) == 0
+    index = json.loads((shards / "index.json").read_text())
+    assert index["layers"] == [0, 1, 2]  # EAGLE-3 taps (+ the final state, index 2 here)
+    offline = replace(
+        online,
+        output_dir=str(tmp_path / "off" / "drafter"),
+        capture=replace(online.capture, mode="offline", dir=str(shards)),
+    )
+    second = run(offline).final_loss
+    assert abs(first - second) / first < 1e-3
