@@ -1,6 +1,7 @@
 """Greedy identity over a whole prompt set: speculative outputs vs target-only, batch 1 and 4.
 
     python bench/identity_check.py --draft recipes/drafters/draft-lm-testbed-small
+    python bench/identity_check.py --no-prompt-lookup --eagle runs/eagle3-testbed-small
 
 Decodes every HumanEval prompt (chat-rendered) target-only at each batch size (the reference
 for that batch size), then with prompt lookup and the draft LM through `BatchGenerator`, and
@@ -20,6 +21,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from draftzoo.data.prompts import load_prompt_set
 from draftzoo.inference.batch import BatchGenerator
+from draftzoo.inference.eagle import EagleProposer, TreeSettings
 from draftzoo.inference.generate import SpeculativeGenerator
 from draftzoo.inference.proposers import DraftModelProposer, PromptLookupProposer
 from draftzoo.inference.sampling import SamplingParams
@@ -30,6 +32,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--target", default=str(committed_testbed_dir()))
     parser.add_argument("--draft", help="a draft LM folder (adds draft-LM rows)")
+    parser.add_argument("--eagle", help="an EAGLE drafter folder (adds chain and tree rows)")
+    parser.add_argument(
+        "--no-prompt-lookup", action="store_true", help="skip the prompt-lookup rows"
+    )
     parser.add_argument("--prompt-set", default="humaneval")
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 4])
     parser.add_argument("--max-new-tokens", type=int, default=128)
@@ -65,11 +71,17 @@ def main() -> None:
                     f"target-only batch {size} vs 1: prompt {i} differs at token {at}; "
                     f"batch-1 top-2 logits {top.values.tolist()} for tokens {top.indices.tolist()}"
                 )
-    factories = {"prompt-lookup": lambda: PromptLookupProposer(1, 3)}
+    factories = {}
+    if not args.no_prompt_lookup:
+        factories["prompt-lookup"] = lambda: PromptLookupProposer(1, 3)
     if args.draft:
         draft = AutoModelForCausalLM.from_pretrained(args.draft, dtype=torch.float32).eval()
         draft_tokenizer = AutoTokenizer.from_pretrained(args.draft)
         factories["draft-LM"] = lambda: DraftModelProposer(draft, draft_tokenizer, tokenizer)
+    if args.eagle:
+        drafter = EagleProposer.from_pretrained(args.eagle, target, tokenizer).drafter
+        factories["EAGLE chain"] = lambda: EagleProposer(drafter)
+        factories["EAGLE tree"] = lambda: EagleProposer(drafter, TreeSettings())
     print(
         f"{len(prompts)} {args.prompt_set} prompts, {args.max_new_tokens} tokens, greedy, "
         f"gamma {args.gamma}"

@@ -33,6 +33,7 @@ from .checkpoint import CheckpointManager
 from .data_order import step_rows
 from .distributed import check_replicas, make_accelerator, uses_deepspeed, whole_weights
 from .losses import DISTILL_LOSSES, distill_loss, top1_agreement, total_variation
+from .optim import adamw
 from .recipe_config import TargetSpec, TrainConfig, TrainResult
 from .schedules import lr_lambda
 from .setup import load_target, prepare_dataset, resolve_dirs
@@ -183,16 +184,7 @@ def run(recipe: DraftLMRecipe) -> TrainResult:
         features.check(target.fingerprint(), data_hash)
     with whole_weights(accelerator):
         draft = build_draft_lm(recipe.draft, target.model)
-    matrices = [p for n, p in draft.named_parameters() if p.ndim >= 2 and "embed" not in n]
-    others = [p for n, p in draft.named_parameters() if not (p.ndim >= 2 and "embed" not in n)]
-    optimizer = torch.optim.AdamW(
-        [
-            {"params": matrices, "weight_decay": cfg.weight_decay},
-            {"params": others, "weight_decay": 0.0},
-        ],
-        lr=cfg.lr,
-        betas=(0.9, cfg.beta2),
-    )
+    optimizer = adamw(draft, cfg.lr, cfg.weight_decay, cfg.beta2)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lr_lambda(cfg.schedule, cfg.warmup_steps, cfg.max_steps, cfg.min_lr_ratio)
     )

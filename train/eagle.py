@@ -41,6 +41,7 @@ from .eagle_losses import (
     real_positions,
     simulated_acceptance_length,
 )
+from .optim import adamw
 from .recipe_config import TargetSpec, TrainConfig, TrainResult
 from .schedules import lr_lambda
 from .setup import load_target, prepare_dataset, resolve_dirs
@@ -167,16 +168,7 @@ def run(recipe: EagleRecipe) -> TrainResult:
                 covered,
             )
     drafter.to(accelerator.device)
-    matrices = [p for p in drafter.parameters() if p.ndim >= 2]
-    others = [p for p in drafter.parameters() if p.ndim < 2]
-    optimizer = torch.optim.AdamW(
-        [
-            {"params": matrices, "weight_decay": cfg.weight_decay},
-            {"params": others, "weight_decay": 0.0},
-        ],
-        lr=cfg.lr,
-        betas=(0.9, cfg.beta2),
-    )
+    optimizer = adamw(drafter, cfg.lr, cfg.weight_decay, cfg.beta2)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lr_lambda(cfg.schedule, cfg.warmup_steps, cfg.max_steps, cfg.min_lr_ratio)
     )

@@ -20,6 +20,7 @@ import torch
 
 from ..architectures.config_io import to_dict
 from .distributed import cpu_only
+from .optim import adamw
 from .schedules import lr_lambda
 from .testbed_config import TestbedConfig
 from .testbed_data import PreparedData, heldout_windows, load_tokens, unigram_loss
@@ -98,12 +99,6 @@ def _latest_checkpoint(checkpoint_dir: Path) -> Path | None:
     return max(found, key=lambda p: int(re.sub(r"\D", "", p.name) or 0))
 
 
-def _param_groups(model, weight_decay: float) -> list[dict]:
-    decay = [p for n, p in model.named_parameters() if p.ndim >= 2 and "embed" not in n]
-    other = [p for n, p in model.named_parameters() if not (p.ndim >= 2 and "embed" not in n)]
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": other, "weight_decay": 0.0}]
-
-
 def pretrain(
     config: TestbedConfig, data: PreparedData, work_dir: Path, output_dir: Path
 ) -> PretrainResult:
@@ -134,9 +129,7 @@ def pretrain(
         "pad_token_id": tokenizer.pad_token_id,
     }
     model = build_target_model(config, len(tokenizer), special)
-    optimizer = torch.optim.AdamW(
-        _param_groups(model, cfg.weight_decay), lr=cfg.lr, betas=(0.9, cfg.beta2)
-    )
+    optimizer = adamw(model, cfg.lr, cfg.weight_decay, cfg.beta2)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lr_lambda("cosine", cfg.warmup_steps, cfg.max_steps, cfg.min_lr_ratio)
     )
