@@ -120,9 +120,9 @@ def _loss_sums(recipe, drafter, module, target, states, batch):
 def _draft_vocab(recipe, dataset, vocab_size: int):
     """(d2t, t2d, coverage) of the EAGLE-3 draft vocabulary (identity when not pruned)."""
     size = recipe.eagle.draft_vocab_size or vocab_size
-    counts = count_supervised_tokens(dataset, vocab_size)
     if size == vocab_size:
         return torch.zeros(size, dtype=torch.long), torch.ones(size, dtype=torch.bool), 1.0
+    counts = count_supervised_tokens(dataset, vocab_size)
     d2t, t2d = build_vocab_map(counts, size)
     return d2t, t2d, coverage(counts, t2d)
 

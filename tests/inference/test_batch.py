@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-import torch
 
 from draftzoo.inference.batch import BatchGenerator
 from draftzoo.inference.generate import GenerationError, SpeculativeGenerator
@@ -17,15 +16,6 @@ PROMPTS = [
     "for i in range(10):\n    if i % 2 == 0:\n        print(i)\n",
     "x",
 ]
-
-
-@pytest.fixture(scope="module")
-def target_and_tokenizer(testbed_tiny):
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    path = testbed_tiny[0]
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
-    return model, AutoTokenizer.from_pretrained(path)
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import torch
 
 from draftzoo.inference.batch import BatchGenerator
 from draftzoo.inference.eagle import EagleProposer, TreeSettings
@@ -34,15 +33,6 @@ def drafters(testbed_tiny, tmp_path_factory) -> dict[str, Path]:
         run(recipe)
         out[kind] = Path(recipe.output_dir)
     return out
-
-
-@pytest.fixture(scope="module")
-def target_and_tokenizer(testbed_tiny):
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    path = testbed_tiny[0]
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
-    return model, AutoTokenizer.from_pretrained(path)
 
 
 @pytest.fixture(scope="module")

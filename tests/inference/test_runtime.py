@@ -1,5 +1,4 @@
 import pytest
-import torch
 
 from draftzoo.inference.acceptance import accept_greedy
 from draftzoo.inference.generate import GenerationError, SpeculativeGenerator
@@ -7,16 +6,6 @@ from draftzoo.inference.proposers import DraftModelProposer, PromptLookupPropose
 from draftzoo.inference.sampling import SamplingParams
 from draftzoo.inference.tree import Proposal
 from tests.inference.helpers import TopKTreeProposer, perturbed_copy
-
-
-@pytest.fixture(scope="module")
-def target_and_tokenizer(testbed_tiny):
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    path = testbed_tiny[0]
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
-    return model, AutoTokenizer.from_pretrained(path)
-
 
 PROMPTS = [
     'def add(a, b):\n    """Return a + b."""\n',

@@ -25,6 +25,53 @@ def write_chat_jsonl(path: Path, limit: int = 48) -> Path:
     return path
 
 
+#: the loop of every tiny test recipe: 2 steps, a checkpoint after each, full precision
+TINY_TRAIN = {
+    "seed": 0,
+    "micro_batch_size": 4,
+    "max_steps": 2,
+    "warmup_steps": 1,
+    "lr": 1e-3,
+    "mixed_precision": "no",
+    "checkpoint_every": 1,
+    "log_every": 1,
+}
+
+
+def _override(data: dict, sections: dict) -> None:
+    """Merge dict sections into recipe data (other values replace)."""
+    for key, value in sections.items():
+        data[key] = {**data.get(key, {}), **value} if isinstance(value, dict) else value
+
+
+def launch_two_processes(recipe_path: Path):
+    """`accelerate launch` the recipe on 2 CPU processes (DDP over gloo); the finished process."""
+    import os
+    import subprocess
+    import sys
+
+    launch = Path(__file__).parents[2] / "recipes" / "launch" / "ddp.yaml"
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "accelerate.commands.launch",
+            "--config_file",
+            str(launch),
+            "--num_processes",
+            "2",
+            "-m",
+            "draftzoo",
+            "train",
+            str(recipe_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+
+
 def tiny_recipe(tmp_path: Path, target_dir: Path, data_file: Path, **sections) -> DraftLMRecipe:
     """A draft-LM recipe for testbed-tiny; `sections` override whole recipe sections."""
     data = {
@@ -41,19 +88,9 @@ def tiny_recipe(tmp_path: Path, target_dir: Path, data_file: Path, **sections) -
             "num_key_value_heads": 2,
             "intermediate_size": 128,
         },
-        "train": {
-            "seed": 0,
-            "micro_batch_size": 4,
-            "max_steps": 2,
-            "warmup_steps": 1,
-            "lr": 1e-3,
-            "mixed_precision": "no",
-            "checkpoint_every": 1,
-            "log_every": 1,
-        },
+        "train": dict(TINY_TRAIN),
     }
-    for key, value in sections.items():
-        data[key] = {**data.get(key, {}), **value} if isinstance(value, dict) else value
+    _override(data, sections)
     return from_dict(DraftLMRecipe, data)
 
 
@@ -83,17 +120,7 @@ def tiny_eagle_recipe(tmp_path: Path, target_dir: Path, data_file: Path, **secti
         "eagle": {"kind": kind, "ttt_steps": 3, "layers": [0, 1, 2]}
         if kind == "eagle3"
         else {"kind": kind, "ttt_steps": 1},
-        "train": {
-            "seed": 0,
-            "micro_batch_size": 4,
-            "max_steps": 2,
-            "warmup_steps": 1,
-            "lr": 1e-3,
-            "mixed_precision": "no",
-            "checkpoint_every": 1,
-            "log_every": 1,
-        },
+        "train": dict(TINY_TRAIN),
     }
-    for key, value in sections.items():
-        data[key] = {**data.get(key, {}), **value} if isinstance(value, dict) else value
+    _override(data, sections)
     return from_dict(EagleRecipe, data)

@@ -21,7 +21,7 @@ from draftzoo.architectures.target import FingerprintMismatchError, TargetError
 from draftzoo.train.draft_lm import run
 from draftzoo.train.registry import load_recipe
 from draftzoo.train.setup import load_target
-from tests.train.helpers import recipe_yaml, tiny_recipe, write_chat_jsonl
+from tests.train.helpers import launch_two_processes, recipe_yaml, tiny_recipe, write_chat_jsonl
 
 
 @pytest.fixture(scope="module")
@@ -154,26 +154,7 @@ def test_distributed_ranks_see_different_rows_and_hold_identical_weights(
         train={"max_steps": 3, "micro_batch_size": 2, "checkpoint_every": 10},
     )
     path = recipe_yaml(recipe, tmp_path / "ddp.yaml")
-    launch = Path(__file__).parents[2] / "recipes" / "launch" / "ddp.yaml"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "accelerate.commands.launch",
-            "--config_file",
-            str(launch),
-            "--num_processes",
-            "2",
-            "-m",
-            "draftzoo",
-            "train",
-            str(path),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )
+    proc = launch_two_processes(path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     work = Path(f"{recipe.output_dir}.work")
     seen = [

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -20,7 +17,12 @@ from draftzoo.architectures.target import FingerprintMismatchError, TargetError
 from draftzoo.data.draft_vocab import DraftVocabError
 from draftzoo.train.eagle import EagleRecipe, run
 from draftzoo.train.setup import load_target
-from tests.train.helpers import recipe_yaml, tiny_eagle_recipe, write_chat_jsonl
+from tests.train.helpers import (
+    launch_two_processes,
+    recipe_yaml,
+    tiny_eagle_recipe,
+    write_chat_jsonl,
+)
 
 
 @pytest.fixture(scope="module")
@@ -90,26 +92,7 @@ def test_eagle3_ddp_ranks_hold_identical_weights(testbed_tiny, chat, tmp_path):
         train={"max_steps": 2, "micro_batch_size": 2, "checkpoint_every": 10},
     )
     path = recipe_yaml(recipe, tmp_path / "ddp.yaml")
-    launch = Path(__file__).parents[2] / "recipes" / "launch" / "ddp.yaml"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "accelerate.commands.launch",
-            "--config_file",
-            str(launch),
-            "--num_processes",
-            "2",
-            "-m",
-            "draftzoo",
-            "train",
-            str(path),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )
+    proc = launch_two_processes(path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     work = Path(f"{recipe.output_dir}.work")
     digests = json.loads((work / "replicas.json").read_text())["digests"]
