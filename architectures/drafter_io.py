@@ -8,6 +8,7 @@ under a temporary name and renamed.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -18,6 +19,8 @@ from .target import TargetFingerprint
 
 RECORD_FILE = "draftzoo.json"
 RECORD_VERSION = 1
+#: the files that define a drafter; its checkpoint hash covers exactly these
+DEFINING_FILES = ("config.json", "model.safetensors", RECORD_FILE)
 
 
 class DrafterError(ValueError):
@@ -54,6 +57,11 @@ def save_drafter(
         **(extra or {}),
     }
     (tmp / RECORD_FILE).write_text(json.dumps(record, indent=1))
+    return replace_dir(tmp, output_dir)
+
+
+def replace_dir(tmp: Path, output_dir: Path) -> Path:
+    """Move the finished folder `tmp` to `output_dir`, replacing any old one whole."""
     if output_dir.exists():
         old = output_dir.with_name(output_dir.name + ".old")
         shutil.rmtree(old, ignore_errors=True)
@@ -81,3 +89,18 @@ def check_drafter_target(path: Path, target: TargetFingerprint) -> dict[str, Any
     record = read_drafter_record(path)
     TargetFingerprint.from_dict(record["target"]).require_match(target, what=f"drafter {path}")
     return record
+
+
+def checkpoint_hash(path: Path) -> str:
+    """sha256 over the drafter's defining files (name + content), hex."""
+    path = Path(path)
+    digest = hashlib.sha256()
+    for name in DEFINING_FILES:
+        file = path / name
+        if not file.is_file():
+            raise DrafterError(f"{path} is not a complete drafter: {name} is missing")
+        digest.update(name.encode() + b"\0")
+        with file.open("rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()

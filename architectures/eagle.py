@@ -1,8 +1,8 @@
 """The EAGLE families: one decoder layer that drafts from the target's own hidden states.
 
-EAGLE-1: x = fc(cat(embed(x_{t+1}), f_t)) (2h -> h, with bias), f = the target's final post-norm
-state (HF index N); one decoder layer with no input norm; the target's frozen lm_head reads its
-output, which also learns to be f_{t+1}.
+EAGLE-1: x = fc(cat(embed(x_{t+1}), f_t)) (2h -> h; no bias by default, as vLLM loads it),
+f = the target's final post-norm state (HF index N); one decoder layer with no input norm; the
+target's frozen lm_head reads its output, which also learns to be f_{t+1}.
 
 EAGLE-3: g = fc(cat(target states at three HF indices)) (3h -> h); the layer's attention reads
 cat(input_layernorm(embed(x_{t+1})), hidden_norm(g)) (2h) with g as residual; `norm` and an own
@@ -49,6 +49,9 @@ class EagleConfig:
     ttt_steps: int = 7  # EAGLE-3 training-time-test unroll length (1 = plain training)
     ttt_decay: float = 0.8  # weight of TTT step j is ttt_decay ** j
     feature_noise: float = 0.0  # uniform noise amplitude added to input features in training
+    #: a bias on `fc` (EAGLE-1's reference code has one; vLLM's EAGLE-1 loader has none and
+    #: would drop it, so the default is off)
+    fc_bias: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -105,6 +108,7 @@ def drafter_model_config(config: EagleConfig, target_config, draft_vocab_size: i
         "vocab_size": target_config.vocab_size,
         "draft_vocab_size": draft_vocab_size,
         "num_fused_layers": 1 if config.kind == "eagle1" else 3,
+        "fc_bias": config.fc_bias,
         "attention_bias": False,
         "mlp_bias": False,
         "tie_word_embeddings": False,
@@ -222,10 +226,12 @@ class EagleDrafter(nn.Module):
         self.fields, self.layers = dict(fields), tuple(layers)
         self.kind = fields["eagle_kind"]
         hidden = fields["hidden_size"]
+        # folders written before `fc_bias` existed had a bias on EAGLE-1 only
+        bias = fields.get("fc_bias", self.kind == "eagle1")
         if self.kind == "eagle1":
-            self.fc = nn.Linear(2 * hidden, hidden, bias=True)
+            self.fc = nn.Linear(2 * hidden, hidden, bias=bias)
         else:
-            self.fc = nn.Linear(3 * hidden, hidden, bias=False)
+            self.fc = nn.Linear(3 * hidden, hidden, bias=bias)
             self.norm = LlamaRMSNorm(hidden, fields["rms_norm_eps"])
             self.lm_head = nn.Linear(hidden, fields["draft_vocab_size"], bias=False)
             vocab, draft_vocab = fields["vocab_size"], fields["draft_vocab_size"]
@@ -395,6 +401,12 @@ class DraftCache:
         else:
             self.keys = torch.cat([self.keys, k], dim=2)
             self.values = torch.cat([self.values, v], dim=2)
+
+    def nbytes(self) -> int:
+        """Bytes held by the keys and values."""
+        if self.keys is None:
+            return 0
+        return 2 * self.keys.numel() * self.keys.element_size()
 
     def crop(self, length: int) -> None:
         """Keep the first `length` entries."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -45,3 +47,37 @@ def testbed_tiny(tmp_path_factory):
     output = root / "testbed-tiny"
     record = build_testbed(load_testbed_config("tiny"), output, cache_dir=root / "cache")
     return output, record
+
+
+@pytest.fixture(scope="session")
+def tiny_drafters(testbed_tiny, tmp_path_factory) -> dict[str, Path]:
+    """{family: folder}: draft LM, EAGLE-1 and EAGLE-3 trained 6 steps on testbed-tiny."""
+    from draftzoo.train.draft_lm import run as run_draft_lm
+    from draftzoo.train.eagle import run as run_eagle
+    from tests.train.helpers import tiny_eagle_recipe, tiny_recipe, write_chat_jsonl
+
+    root = tmp_path_factory.mktemp("zoo-drafters")
+    chat = write_chat_jsonl(root / "chat.jsonl", 24)
+    steps = {"max_steps": 6, "warmup_steps": 1, "checkpoint_every": 100}
+    out = {}
+    recipe = tiny_recipe(root / "draft_lm", testbed_tiny[0], chat, train=steps)
+    run_draft_lm(recipe)
+    out["draft_lm"] = Path(recipe.output_dir)
+    for kind in ("eagle1", "eagle3"):
+        # EAGLE-3 taps the input of testbed-tiny's layer 1 three times: the only index every
+        # engine can capture on a 2-layer target (SGLang counts outputs, so not 0; not N = 2)
+        eagle = {"kind": kind, "layers": [1, 1, 1]} if kind == "eagle3" else {"kind": kind}
+        recipe = tiny_eagle_recipe(root / kind, testbed_tiny[0], chat, eagle=eagle, train=steps)
+        run_eagle(recipe)
+        out[kind] = Path(recipe.output_dir)
+    return out
+
+
+@pytest.fixture(scope="module")
+def tiny_target_model(testbed_tiny):
+    """(model, tokenizer, folder) of testbed-tiny."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = testbed_tiny[0]
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    return model, AutoTokenizer.from_pretrained(path), path

@@ -1,0 +1,231 @@
+"""Exporters: a draftzoo drafter folder -> the checkpoint layout an engine loads.
+
+    draftzoo export DRAFTER --format vllm --output-dir exports/eagle3-vllm
+
+| family | format        | architectures                 | weights                              |
+|--------|---------------|-------------------------------|--------------------------------------|
+| eagle3 | `vllm`        | LlamaForCausalLMEagle3        | fc, midlayer.*, norm, lm_head, d2t, t2d |
+| eagle3 | `sglang`      | LlamaForCausalLMEagle3        | the same                             |
+| eagle3 | `speculators` | Eagle3Speculator              | fc, layers.0.*, norm, lm_head, d2t, t2d |
+| eagle1 | `vllm`        | EagleLlamaForCausalLM         | fc, layers.0.* (no input norm)       |
+| draft_lm | `hf`        | the draft LM's own (plain transformers checkpoint) |             |
+
+Hidden-state layer ids: draftzoo stores HF indices (k = input to decoder layer k). vLLM's
+top-level `eagle_aux_hidden_state_layer_ids` uses the same convention; SGLang's nested
+`eagle_config.eagle_aux_hidden_state_layer_ids` counts outputs of layers (k - 1). Engines drop
+weight names they do not know without a word, so the tests hold every export to the engine's
+own parameter list, key for key, shape for shape, dtype for dtype.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .drafter_io import DrafterError, read_drafter_record, replace_dir
+
+FORMATS = {
+    "eagle3": ("vllm", "sglang", "speculators"),
+    "eagle1": ("vllm",),
+    "draft_lm": ("hf",),
+}
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "chat_template.jinja",
+    "generation_config.json",
+)
+
+
+class ExportError(ValueError):
+    """A drafter that cannot be written in the asked format."""
+
+
+def _read_weights(path: Path) -> dict[str, torch.Tensor]:
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    try:
+        return load_file(str(path / "model.safetensors"))
+    except (SafetensorError, OSError) as err:
+        raise DrafterError(f"{path / 'model.safetensors'} cannot be read: {err}") from err
+
+
+def _llama_fields(config: dict[str, Any]) -> dict[str, Any]:
+    """The transformers LlamaConfig fields of a drafter's decoder layer."""
+    rope = config.get("rope_parameters") or {}
+    return {
+        "model_type": "llama",
+        "hidden_size": config["hidden_size"],
+        "intermediate_size": config["intermediate_size"],
+        "num_attention_heads": config["num_attention_heads"],
+        "num_key_value_heads": config["num_key_value_heads"],
+        "head_dim": config["head_dim"],
+        "num_hidden_layers": 1,
+        "hidden_act": config["hidden_act"],
+        "rms_norm_eps": config["rms_norm_eps"],
+        "max_position_embeddings": config["max_position_embeddings"],
+        "rope_theta": rope.get("rope_theta", 10000.0),
+        "rope_scaling": None if rope.get("rope_type", "default") == "default" else dict(rope),
+        "vocab_size": config["vocab_size"],
+        "attention_bias": False,
+        "mlp_bias": False,
+        "tie_word_embeddings": False,
+    }
+
+
+def _dtype_name(tensors: dict[str, torch.Tensor]) -> str:
+    floating = [t.dtype for t in tensors.values() if t.is_floating_point()]
+    return str(floating[0]).removeprefix("torch.") if floating else "float32"
+
+
+def vllm_layer_ids(hf_indices: list[int], num_layers: int) -> list[int]:
+    """HF indices -> vLLM's ids (the same: input to layer k); only inputs of real layers."""
+    if any(not 0 <= k < num_layers for k in hf_indices):
+        raise ExportError(
+            f"engines capture inputs of decoder layers 0..{num_layers - 1}; HF indices "
+            f"{hf_indices} include one outside (index {num_layers} is the final norm output)"
+        )
+    return list(hf_indices)
+
+
+def sglang_layer_ids(hf_indices: list[int], num_layers: int) -> list[int]:
+    """HF indices (input to layer k) -> SGLang's ids (output of layer k - 1)."""
+    vllm_layer_ids(hf_indices, num_layers)
+    if any(k < 1 for k in hf_indices):
+        raise ExportError(
+            f"SGLang counts layer outputs, so HF index 0 (the embeddings) has no id there: "
+            f"{hf_indices}"
+        )
+    return [k - 1 for k in hf_indices]
+
+
+def _check_positions(config: dict[str, Any], target_config) -> None:
+    if target_config is None:
+        return
+    theirs = getattr(target_config, "max_position_embeddings", None)
+    if theirs is not None and theirs != config["max_position_embeddings"]:
+        raise ExportError(
+            f"the drafter's max_position_embeddings is {config['max_position_embeddings']} but "
+            f"the target's is {theirs}; engines cap the context at the drafter's value, so "
+            "rebuild the drafter for this target"
+        )
+    hidden = getattr(target_config, "hidden_size", None)
+    if hidden is not None and hidden != config["target_hidden_size"]:
+        raise ExportError(
+            f"the drafter reads target states of size {config['target_hidden_size']}, "
+            f"the target's hidden size is {hidden}"
+        )
+
+
+def _eagle3(config, record, tensors, fmt: str, verifier: str, speculative_tokens: int):
+    layers = list(record["hidden_state_layers"])
+    num_layers = record["target"]["num_layers"]
+    eagle = {
+        "draft_vocab_size": config["draft_vocab_size"],
+        "target_hidden_size": config["target_hidden_size"],
+        "norm_before_residual": False,  # the residual is the fused state before hidden_norm
+    }
+    weights = {k: v for k, v in tensors.items()}
+    weights["d2t"] = weights["d2t"].to(torch.int64)
+    weights["t2d"] = weights["t2d"].to(torch.bool)
+    if fmt == "speculators":
+        weights = {k.replace("midlayer.", "layers.0.", 1): v for k, v in weights.items()}
+        out = {
+            "architectures": ["Eagle3Speculator"],
+            "speculators_model_type": "eagle3",
+            "transformer_layer_config": _llama_fields(config),
+            **eagle,
+            "eagle_aux_hidden_state_layer_ids": vllm_layer_ids(layers, num_layers),
+            "speculators_config": {
+                "algorithm": "eagle3",
+                "proposal_methods": [
+                    {
+                        "proposal_type": "greedy",
+                        "speculative_tokens": speculative_tokens,
+                        "verifier_accept_k": 1,
+                        "accept_tolerance": 0.0,
+                    }
+                ],
+                "default_proposal_method": "greedy",
+                "verifier": {
+                    "name_or_path": verifier,
+                    "architectures": [record["target"]["architecture"]],
+                },
+            },
+        }
+        return out, weights
+    out = {**_llama_fields(config), "architectures": ["LlamaForCausalLMEagle3"], **eagle}
+    if fmt == "vllm":
+        out["eagle_aux_hidden_state_layer_ids"] = vllm_layer_ids(layers, num_layers)
+    else:
+        out["eagle_config"] = {
+            "eagle_aux_hidden_state_layer_ids": sglang_layer_ids(layers, num_layers),
+            "use_aux_hidden_state": True,
+        }
+    return out, weights
+
+
+def _eagle1(config, tensors):
+    if "fc.bias" in tensors:
+        raise ExportError(
+            "this EAGLE-1 drafter has a bias on fc; vLLM's EAGLE-1 layer has none and would "
+            "drop it silently. Retrain with `eagle.fc_bias: false` (the default)."
+        )
+    weights = {k.replace("midlayer.", "layers.0.", 1): v for k, v in tensors.items()}
+    out = {**_llama_fields(config), "architectures": ["EagleLlamaForCausalLM"]}
+    return out, weights
+
+
+def export_drafter(
+    path: Path,
+    output_dir: Path,
+    fmt: str,
+    target_config=None,
+    verifier: str | None = None,
+    speculative_tokens: int = 3,
+) -> Path:
+    """Write drafter `path` in format `fmt` to `output_dir` (atomically); returns it.
+
+    `target_config`: the target's transformers config, to check positions and hidden size
+    against (skipped when None). `verifier`: the target's name or path recorded by formats that
+    name it (`speculators`); defaults to the recipe's target.
+    """
+    from safetensors.torch import save_file
+
+    path, output_dir = Path(path), Path(output_dir)
+    record = read_drafter_record(path)
+    family = record["family"]
+    if fmt not in FORMATS.get(family, ()):
+        known = ", ".join(FORMATS.get(family, ())) or "none"
+        raise ExportError(f"a {family} drafter exports to: {known} (asked for {fmt!r})")
+    config = json.loads((path / "config.json").read_text())
+    tmp = output_dir.with_name(output_dir.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    for name in TOKENIZER_FILES:
+        if (path / name).is_file():
+            shutil.copy2(path / name, tmp / name)
+    if family == "draft_lm":
+        shutil.copy2(path / "config.json", tmp / "config.json")
+        shutil.copy2(path / "model.safetensors", tmp / "model.safetensors")
+        return replace_dir(tmp, output_dir)
+
+    _check_positions(config, target_config)
+    tensors = _read_weights(path)
+    verifier = verifier or str(record.get("recipe", {}).get("target", {}).get("path", ""))
+    if family == "eagle3":
+        out, weights = _eagle3(config, record, tensors, fmt, verifier, speculative_tokens)
+    else:
+        out, weights = _eagle1(config, tensors)
+    out["torch_dtype"] = _dtype_name(tensors)
+    out["draftzoo"] = {"family": family, "hidden_state_layers_hf": record["hidden_state_layers"]}
+    (tmp / "config.json").write_text(json.dumps(out, indent=1))
+    weights = {k: v.contiguous() for k, v in weights.items()}
+    save_file(weights, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+    return replace_dir(tmp, output_dir)
