@@ -1,18 +1,18 @@
 """Drafter families side by side: tau and end-to-end speedup over target-only, batch 1.
 
-    python bench/drafter_bench.py --draft-lm recipes/drafters/draft-lm-testbed-small \
-        --eagle1 runs/eagle1-testbed-small --eagle3 runs/eagle3-testbed-small \
+    python bench/drafter_bench.py --draft-lm recipes/zoo/draft-lm-testbed-small \
+        --eagle1 recipes/zoo/eagle1-testbed-small --eagle3 recipes/zoo/eagle3-testbed-small \
         --prompt-set humaneval --prompts 20 --temperatures 0 1
 
 Every method decodes the same prompts (chat-rendered) with the same target in one process,
 interleaved prompt by prompt, after one warm-up prompt: target-only, the draft LM (chain),
 EAGLE-1 (chain), EAGLE-3 (chain) and EAGLE-3 with EAGLE-2 dynamic trees. Chains draft a fixed
---gamma tokens; trees use --tree-top-k / --tree-depth / --tree-tokens. At T > 0 every method
-samples with the same per-prompt seed (outputs differ by design; sampling is lossless, which
-the test suite checks by distribution). Printed per method: tau, tokens/s, speedup over
-target-only, milliseconds of drafting and of verification per round and their ratio (the cost
-that separates the speedup from tau), and at T = 0 the prompts whose output differs from
-target-only (the contract is 0).
+--gamma tokens; trees use --tree-top-k / --tree-depth / --tree-tokens (at T > 0 sampled trees,
+--tree-sampled-children wide). At T > 0 every method samples with the same per-prompt seed
+(outputs differ by design; sampling is lossless, which the test suite checks by distribution).
+Printed per method: tau, tokens/s, speedup over target-only, milliseconds of drafting and of
+verification per round and their ratio (the cost that separates the speedup from tau), and at
+T = 0 the prompts whose output differs from target-only (the contract is 0).
 """
 
 from __future__ import annotations
@@ -40,7 +40,9 @@ def build_methods(args, target, tokenizer) -> dict[str, SpeculativeGenerator]:
         draft_tokenizer = AutoTokenizer.from_pretrained(args.draft_lm)
         proposer = DraftModelProposer(draft, draft_tokenizer, tokenizer)
         methods["draft-LM chain"] = SpeculativeGenerator(target, tokenizer, proposer, args.gamma)
-    tree = TreeSettings(args.tree_top_k, args.tree_depth, args.tree_tokens)
+    tree = TreeSettings(
+        args.tree_top_k, args.tree_depth, args.tree_tokens, args.tree_sampled_children
+    )
     for kind, folder in (("EAGLE-1", args.eagle1), ("EAGLE-3", args.eagle3)):
         if not folder:
             continue
@@ -69,6 +71,7 @@ def main() -> None:
     parser.add_argument("--tree-top-k", type=int, default=10)
     parser.add_argument("--tree-depth", type=int, default=6)
     parser.add_argument("--tree-tokens", type=int, default=60)
+    parser.add_argument("--tree-sampled-children", type=int, default=3, help="T > 0 trees")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = default)")
     args = parser.parse_args()
     if args.threads:
@@ -79,7 +82,10 @@ def main() -> None:
     methods = build_methods(args, target, tokenizer)
     prompts = [p.render(tokenizer, chat=True) for p in load_prompt_set(args.prompt_set)]
     prompts = prompts[: args.prompts + 1]
-    tree = f"top_k {args.tree_top_k}, depth {args.tree_depth}, {args.tree_tokens} tokens"
+    tree = (
+        f"top_k {args.tree_top_k}, depth {args.tree_depth}, {args.tree_tokens} tokens, "
+        f"{args.tree_sampled_children} sampled children at T > 0"
+    )
     print(
         f"{args.prompts} {args.prompt_set} prompts, {args.max_new_tokens} new tokens, batch 1, "
         f"chain gamma {args.gamma}, trees {tree}, {torch.get_num_threads()} threads"

@@ -1,6 +1,6 @@
 """Greedy identity over a whole prompt set: speculative outputs vs target-only, batch 1 and 4.
 
-    python bench/identity_check.py --draft recipes/drafters/draft-lm-testbed-small
+    python bench/identity_check.py --draft recipes/zoo/draft-lm-testbed-small
     python bench/identity_check.py --no-prompt-lookup --eagle runs/eagle3-testbed-small
 
 Decodes every HumanEval prompt (chat-rendered) target-only at each batch size (the reference

@@ -18,6 +18,10 @@ _EXPORTS = {
     "Proposal": "draftzoo.inference.tree",
     "DraftModelProposer": "draftzoo.inference.proposers",
     "PromptLookupProposer": "draftzoo.inference.proposers",
+    "EagleProposer": "draftzoo.inference.eagle",
+    "TreeSettings": "draftzoo.inference.eagle",
+    "load": "draftzoo.inference.load",
+    "export_drafter": "draftzoo.architectures.export",
 }
 
 __all__ = [*_EXPORTS, "__version__"]

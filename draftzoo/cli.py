@@ -5,6 +5,11 @@ draftzoo testbed info
 draftzoo train recipes/draft_lm/testbed-small.yaml [--set train.max_steps=10]
 draftzoo capture recipes/draft_lm/testbed-small.yaml --dir runs/capture
 draftzoo generate --eagle runs/eagle3-testbed-small --tree --prompt 'def add(a, b):'
+draftzoo eval runs/eagle3-testbed-small --prompts 20 --temperatures 0 1 --output-dir runs/e3-eval
+draftzoo publish runs/eagle3-testbed-small --report runs/e3-eval/report.json
+draftzoo zoo list
+draftzoo export eagle3-testbed-small --format vllm --output-dir exports/e3-vllm
+draftzoo demo
 accelerate launch --config_file recipes/launch/ddp.yaml -m draftzoo train RECIPE
 """
 
@@ -111,7 +116,11 @@ def _generate(args: argparse.Namespace) -> int:
         from draftzoo.inference.eagle import EagleProposer, TreeSettings
 
         tree = (
-            TreeSettings(args.tree_top_k, args.tree_depth, args.tree_tokens) if args.tree else None
+            TreeSettings(
+                args.tree_top_k, args.tree_depth, args.tree_tokens, args.tree_sampled_children
+            )
+            if args.tree
+            else None
         )
         proposer = EagleProposer.from_pretrained(args.eagle, target, tokenizer, tree)
     generator = SpeculativeGenerator(target, tokenizer, proposer, args.num_speculative_tokens)
@@ -229,6 +238,148 @@ def _capture(args: argparse.Namespace) -> int:
     return 0
 
 
+def _eval(args: argparse.Namespace) -> int:
+    from draftzoo.eval.plots import plot_report
+    from draftzoo.eval.runner import EvalConfig, evaluate, summary_text, write_report
+    from draftzoo.inference.load import load_drafter, load_target, recorded_target, resolve_drafter
+
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    config = EvalConfig(
+        prompt_sets=tuple(args.prompt_set or ["humaneval"]),
+        max_prompts=args.prompts,
+        max_new_tokens=args.max_new_tokens,
+        temperatures=tuple(args.temperatures),
+        batch_sizes=tuple(args.batch_sizes),
+        repeats=args.repeats,
+        proposal="tree" if args.tree else "chain",
+        num_speculative_tokens=args.num_speculative_tokens,
+        tree_top_k=args.tree_top_k,
+        tree_depth=args.tree_depth,
+        tree_tokens=args.tree_tokens,
+        tree_sampled_children=args.tree_sampled_children,
+        chat=not args.raw,
+        seed=args.seed,
+    )
+    folder, _ = resolve_drafter(args.drafter)
+    from draftzoo.architectures.drafter_io import read_drafter_record
+
+    target_name = args.target or recorded_target(read_drafter_record(folder))
+    target, tokenizer = load_target(target_name)
+    drafter = load_drafter(
+        folder, target, tokenizer, config.proposal, config.num_speculative_tokens, config.tree
+    )
+    report = evaluate(target, tokenizer, drafter, config, target_name)
+    output_dir = Path(args.output_dir or f"runs/eval-{folder.name}")
+    path = write_report(report, output_dir)
+    plot_report(report, output_dir)
+    print(summary_text(report))
+    print(f"report: {path}")
+    return 0
+
+
+def _publish(args: argparse.Namespace) -> int:
+    from draftzoo.architectures.zoo_index import default_zoo_dir
+    from draftzoo.eval.publish import publish, push_to_hub
+
+    zoo = Path(args.zoo) if args.zoo else default_zoo_dir()
+    folder = publish(args.drafter, args.report, zoo, args.name, args.overwrite)
+    print(f"published: {folder} (zoo index {zoo / 'index.json'})")
+    if args.push_to_hub:
+        print(f"pushed: {push_to_hub(folder, args.push_to_hub, args.private)}")
+    return 0
+
+
+def _zoo_list(args: argparse.Namespace) -> int:
+    from draftzoo.architectures.zoo_index import ZooIndex, builtin_zoo_dir, default_zoo_dir
+
+    zoos = [Path(args.zoo)] if args.zoo else [default_zoo_dir(), builtin_zoo_dir()]
+    for root in zoos:
+        entries = ZooIndex(root).entries()
+        print(f"{root} ({len(entries)} drafters)")
+        for name, entry in entries.items():
+            metrics = "; ".join(
+                f"{key} tau {m['tau']:.2f} speedup {m['speedup']:.2f}x"
+                for key, m in entry["metrics"].items()
+            )
+            print(f"  {name:28} {entry['family']:9} {entry['base_model']:20} {metrics}")
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    from draftzoo.architectures.drafter_io import read_drafter_record
+    from draftzoo.architectures.export import export_drafter
+    from draftzoo.inference.load import recorded_target, resolve_drafter, target_location
+
+    folder, _ = resolve_drafter(args.drafter)
+    target_name = args.target or recorded_target(read_drafter_record(folder))
+    target_config = None
+    if not args.no_target_check:
+        from transformers import AutoConfig
+
+        target_config = AutoConfig.from_pretrained(target_location(target_name))
+    out = export_drafter(
+        folder,
+        Path(args.output_dir),
+        args.format,
+        target_config,
+        verifier=target_name,
+        speculative_tokens=args.num_speculative_tokens,
+    )
+    print(f"exported: {out} ({args.format})")
+    return 0
+
+
+DEMO_PROMPT = 'def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n'
+
+
+def _demo(args: argparse.Namespace) -> int:
+    """train -> eval -> publish -> load -> generate, on the committed testbed-small target."""
+    from importlib.resources import files
+
+    from draftzoo.eval.publish import publish
+    from draftzoo.eval.runner import EvalConfig, evaluate, summary_text, write_report
+    from draftzoo.inference.load import load, load_drafter, load_target
+    from draftzoo.inference.sampling import SamplingParams
+    from draftzoo.train.registry import load_recipe, run_recipe
+
+    out = Path(args.output_dir)
+    recipe_file = Path(str(files("draftzoo.recipes"))) / "eagle3" / "testbed-small-demo.yaml"
+    overrides = [f"output_dir={out / 'drafter'}", f"train.max_steps={args.steps}"]
+    print(f"[1/5] train: {recipe_file.name}, {args.steps} steps", flush=True)
+    result = run_recipe(load_recipe(recipe_file, overrides))
+    print(f"      {result.train_seconds:.0f} s, final loss {result.final_loss:.3f}", flush=True)
+
+    print(f"[2/5] eval: {args.prompts} HumanEval prompts, T=0 and T=1", flush=True)
+    target, tokenizer = load_target("testbed-small")
+    drafter = load_drafter(result.output_dir, target, tokenizer)
+    config = EvalConfig(max_prompts=args.prompts, max_new_tokens=96)
+    report = evaluate(target, tokenizer, drafter, config, "testbed-small")
+    report_path = write_report(report, out / "eval")
+    print(summary_text(report), flush=True)
+
+    print("[3/5] publish to the local zoo", flush=True)
+    zoo = out / "zoo"
+    published = publish(result.output_dir, report_path, zoo, "eagle3-demo", overwrite=True)
+    print(f"      {published} (card: {published / 'README.md'})", flush=True)
+
+    print("[4/5] load it back by name", flush=True)
+    generator = load("eagle3-demo", zoos=[zoo])
+    print("[5/5] generate", flush=True)
+    output = generator.generate(DEMO_PROMPT, SamplingParams(max_new_tokens=64))
+    print(DEMO_PROMPT + output.text)
+    metrics = output.metrics
+    print(f"--- this generation: tau {metrics.mean_acceptance_length:.2f}")
+    for result_row in report["results"]:
+        print(
+            f"measured at T={result_row['temperature']:g}: tau {result_row['tau']:.2f}, "
+            f"speedup {result_row['speedup']['mean']:.2f}x over target-only"
+        )
+    return 0
+
+
 def _add_overrides(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--set",
@@ -302,6 +453,12 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--tree-top-k", type=int, default=10, help="EAGLE-2: children per node")
     gen.add_argument("--tree-depth", type=int, default=6, help="EAGLE-2: maximum depth")
     gen.add_argument("--tree-tokens", type=int, default=60, help="EAGLE-2: draft tokens kept")
+    gen.add_argument(
+        "--tree-sampled-children",
+        type=int,
+        default=3,
+        help="T > 0 trees: children sampled (without replacement) per expanded node",
+    )
     gen.add_argument("--min-ngram", type=int, default=1, help="prompt lookup: shortest n-gram")
     gen.add_argument("--max-ngram", type=int, default=3, help="prompt lookup: longest n-gram")
     gen.add_argument("--prompt", required=True, help="the prompt text")
@@ -376,7 +533,94 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_overrides(capture)
     capture.set_defaults(func=_capture)
+    _add_zoo_commands(commands)
     return parser
+
+
+def _add_zoo_commands(commands) -> None:
+    """eval, publish, zoo, export, demo."""
+    ev = commands.add_parser(
+        "eval",
+        help="measure a drafter: tau, per-position acceptance, speedup, identity, memory",
+        description="Target-only and speculative decoding on the same prompts in one process, "
+        "interleaved; writes report.json, summary.txt and plots to --output-dir.",
+    )
+    ev.add_argument("drafter", help="a drafter folder or a zoo name")
+    ev.add_argument("--target", help="target folder or hub name (default: the drafter's own)")
+    ev.add_argument(
+        "--prompt-set",
+        action="append",
+        help="humaneval, stdlib-heldout, a question .jsonl (MT-bench / Spec-Bench format), or "
+        "hf:NAME[:SPLIT[:COLUMN]] (repeatable; default humaneval)",
+    )
+    ev.add_argument("--prompts", type=int, default=20, help="prompts per set (after a warm-up)")
+    ev.add_argument("--max-new-tokens", type=int, default=128)
+    ev.add_argument("--temperatures", type=float, nargs="+", default=[0.0, 1.0])
+    ev.add_argument("--batch-sizes", type=int, nargs="+", default=[1])
+    ev.add_argument("--repeats", type=int, default=1, help="reruns, for the speedup's spread")
+    ev.add_argument("--tree", action="store_true", help="EAGLE: EAGLE-2 dynamic trees")
+    ev.add_argument("--tree-top-k", type=int, default=10)
+    ev.add_argument("--tree-depth", type=int, default=6)
+    ev.add_argument("--tree-tokens", type=int, default=60)
+    ev.add_argument(
+        "--tree-sampled-children", type=int, default=3, help="T > 0 trees: children per node"
+    )
+    ev.add_argument("--num-speculative-tokens", type=int, default=4, help="chain length")
+    ev.add_argument("--raw", action="store_true", help="prompts as plain text, no chat template")
+    ev.add_argument("--seed", type=int, default=0)
+    ev.add_argument("--threads", type=int, default=0, help="torch threads (0 = default)")
+    ev.add_argument("--output-dir", help="where the report goes (default runs/eval-NAME)")
+    ev.set_defaults(func=_eval)
+
+    pub = commands.add_parser(
+        "publish",
+        help="add a measured drafter to the zoo with its model card",
+        description="Refused without an eval report of this very checkpoint (hash-checked). "
+        "--push-to-hub uploads the published folder to a hub model repo; it needs network "
+        "access and a hub token, so it cannot run on an offline machine.",
+    )
+    pub.add_argument("drafter", type=Path, help="the drafter folder")
+    pub.add_argument("--report", type=Path, help="its report.json from `draftzoo eval`")
+    pub.add_argument("--zoo", help="zoo folder (default $DRAFTZOO_ZOO or ~/.cache/draftzoo/zoo)")
+    pub.add_argument("--name", help="zoo name (default: the recipe's name)")
+    pub.add_argument("--overwrite", action="store_true", help="replace an entry of that name")
+    pub.add_argument("--push-to-hub", metavar="ORG/NAME", help="also upload to this hub repo")
+    pub.add_argument("--private", action="store_true", help="with --push-to-hub: private repo")
+    pub.set_defaults(func=_publish)
+
+    zoo = commands.add_parser("zoo", help="the zoo index")
+    zoo_commands = zoo.add_subparsers(dest="zoo_command", required=True)
+    listing = zoo_commands.add_parser("list", help="list published drafters and their numbers")
+    listing.add_argument("--zoo", help="one zoo folder (default: yours, then the shipped one)")
+    listing.set_defaults(func=_zoo_list)
+
+    exp = commands.add_parser(
+        "export",
+        help="write a drafter in the layout vLLM, SGLang or speculators loads",
+        description="eagle3: vllm | sglang | speculators; eagle1: vllm; draft_lm: hf.",
+    )
+    exp.add_argument("drafter", help="a drafter folder or a zoo name")
+    exp.add_argument("--format", required=True, choices=["vllm", "sglang", "speculators", "hf"])
+    exp.add_argument("--output-dir", required=True)
+    exp.add_argument("--target", help="target folder or hub name to check against")
+    exp.add_argument(
+        "--no-target-check", action="store_true", help="skip loading the target's config"
+    )
+    exp.add_argument(
+        "--num-speculative-tokens", type=int, default=3, help="speculators: proposal length"
+    )
+    exp.set_defaults(func=_export)
+
+    demo = commands.add_parser(
+        "demo",
+        help="train an EAGLE-3 drafter for the testbed, measure, publish, load it back, generate",
+        description="The whole loop on the committed testbed-small target, a few minutes of "
+        "training on two CPU cores; prints tau and speedup.",
+    )
+    demo.add_argument("--output-dir", default="runs/demo")
+    demo.add_argument("--steps", type=int, default=120, help="training steps")
+    demo.add_argument("--prompts", type=int, default=10, help="HumanEval prompts to measure on")
+    demo.set_defaults(func=_demo)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -388,11 +632,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     from draftzoo.architectures.config_io import ConfigError
     from draftzoo.architectures.drafter_io import DrafterError
+    from draftzoo.architectures.export import ExportError
     from draftzoo.architectures.target import FingerprintMismatchError, TargetError
+    from draftzoo.architectures.zoo_index import ZooError
     from draftzoo.data.capture import CaptureError
     from draftzoo.data.conversations import DataError
     from draftzoo.data.corpus import CorpusError
     from draftzoo.data.loss_mask import TemplateError
+    from draftzoo.data.prompts import PromptSetError
+    from draftzoo.eval.publish import PublishError
     from draftzoo.inference.generate import GenerationError
     from draftzoo.inference.proposers import ProposerError
     from draftzoo.train.testbed import TestbedError
@@ -410,6 +658,10 @@ def main(argv: list[str] | None = None) -> int:
         TargetError,
         FingerprintMismatchError,
         DrafterError,
+        ExportError,
+        ZooError,
+        PromptSetError,
+        PublishError,
     )
     try:
         return args.func(args)

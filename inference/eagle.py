@@ -11,8 +11,18 @@ acceptance). Tree (EAGLE-2): the root's top_k children start the frontier; each 
 rounds feeds the frontier in one drafter forward (each node sees the real cache, its ancestors
 and itself), scores every child by cumulative draft log-probability, and keeps the top_k
 children as the next frontier; at the end the best `total_tokens` of all scored candidates form
-the tree (a child never outranks its parent, so they form a connected tree). Tree nodes are
-deterministic candidates (no q): acceptance treats them as such, which keeps sampling lossless.
+the tree (a child never outranks its parent, so they form a connected tree). At T=0 these
+deterministic candidates are the tree.
+
+At T>0 the tree is *sampled*: every expanded node gets `sampled_children` children drawn from q
+without replacement (child i from q with the earlier siblings removed and renormalised, which is
+the q_i its acceptance test uses: SpecInfer's recursive rejection, without replacement); each
+depth expands the `sampled_children` best nodes of the previous one by cumulative draft
+log-probability, within `total_tokens`. No sampled node is dropped after it is drawn — which
+nodes get children depends only on nodes already drawn — so every node is distributed as its q_i
+says and sampling stays lossless. Deterministic top-k siblings would be lossless too, but each is
+accepted only with the target's own probability of it, which at T=1 gains nothing over a sampled
+chain (whose acceptance is the overlap of p and q, however flat both are).
 """
 
 from __future__ import annotations
@@ -35,10 +45,11 @@ class TreeSettings:
     top_k: int = 10  # children scored per expanded node, and the frontier width
     depth: int = 6  # maximum tree depth (draft tokens on one path)
     total_tokens: int = 60  # draft tokens kept for verification
+    sampled_children: int = 3  # T > 0: children drawn per expanded node, and nodes expanded
 
     def __post_init__(self) -> None:
-        if min(self.top_k, self.depth, self.total_tokens) < 1:
-            raise ValueError("tree top_k, depth and total_tokens must be >= 1")
+        if min(self.top_k, self.depth, self.total_tokens, self.sampled_children) < 1:
+            raise ValueError("tree top_k, depth, total_tokens and sampled_children must be >= 1")
 
 
 class EagleProposer:
@@ -65,6 +76,10 @@ class EagleProposer:
         self.cache = DraftCache()
         self.fed = 0  # real positions in the cache
         self.pending: list[torch.Tensor] = []  # [n, k*h] target states not yet fed
+
+    def cache_nbytes(self) -> int:
+        """Bytes held by the drafter's KV cache."""
+        return self.cache.nbytes()
 
     def observe(self, states: torch.Tensor) -> None:
         """Target states [n, k*h] of the next n committed positions."""
@@ -109,8 +124,10 @@ class EagleProposer:
         if max_tokens <= 0 or last is None:
             return Proposal.chain([])
         try:
-            if self.tree is not None:
+            if self.tree is not None and params.greedy:
                 return self._tree(last, max_tokens)
+            if self.tree is not None:
+                return self._sampled_tree(last, max_tokens, params, generator)
             return self._chain(last, max_tokens, params, generator)
         finally:
             self.cache.crop(self.fed)
@@ -154,20 +171,7 @@ class EagleProposer:
         frontier = self._children(logp, -1, 0.0, tokens, parents, scores, settings.top_k)
         hidden_of = {c: root_hidden[0, 0] for c in frontier}
         for depth in range(2, depth_limit + 1):
-            base = len(self.cache)
-            ids = torch.tensor([[tokens[c] for c in frontier]], device=self.device)
-            g = torch.stack([hidden_of[c] for c in frontier])[None]
-            positions = torch.full_like(ids, self.fed + depth - 2)
-            mask = torch.zeros(1, 1, len(frontier), base + len(frontier), dtype=torch.bool)
-            mask[..., : self.fed] = True
-            for row, c in enumerate(frontier):
-                slot_of[c] = base + row
-                mask[0, 0, row, base + row] = True
-                ancestor = parents[c]
-                while ancestor >= 0:
-                    mask[0, 0, row, slot_of[ancestor]] = True
-                    ancestor = parents[ancestor]
-            out = drafter.extend(ids, g, positions, self.cache, mask.to(self.device))
+            out = self._feed(frontier, tokens, parents, hidden_of, slot_of, depth - 1)
             logps = torch.log_softmax(drafter.logits(out)[0].float(), dim=-1)
             children: list[int] = []
             for row, c in enumerate(frontier):
@@ -185,6 +189,82 @@ class EagleProposer:
         return Proposal(
             [tokens[c] for c in keep], [index[parents[c]] if parents[c] >= 0 else -1 for c in keep]
         )
+
+    def _feed(self, nodes, tokens, parents, hidden_of, slot_of, depth) -> torch.Tensor:
+        """One drafter forward over tree `nodes` (all at `depth`): each sees the real cache,
+        its fed ancestors and itself. Returns their outputs [1, len(nodes), h]."""
+        base = len(self.cache)
+        ids = torch.tensor([[tokens[c] for c in nodes]], device=self.device)
+        g = torch.stack([hidden_of[c] for c in nodes])[None]
+        positions = torch.full_like(ids, self.fed + depth - 1)
+        mask = torch.zeros(1, 1, len(nodes), base + len(nodes), dtype=torch.bool)
+        mask[..., : self.fed] = True
+        for row, c in enumerate(nodes):
+            slot_of[c] = base + row
+            mask[0, 0, row, base + row] = True
+            ancestor = parents[c]
+            while ancestor >= 0:
+                mask[0, 0, row, slot_of[ancestor]] = True
+                ancestor = parents[ancestor]
+        return self.drafter.extend(ids, g, positions, self.cache, mask.to(self.device))
+
+    def _sampled_tree(self, root_hidden, max_depth, params, generator) -> Proposal:
+        drafter, settings = self.drafter, self.tree
+        width = settings.sampled_children
+        tokens: list[int] = []
+        parents: list[int] = []
+        scores: list[float] = []
+        probs: list[torch.Tensor] = []
+        slot_of: dict[int, int] = {}
+        q = probabilities(drafter.logits(root_hidden)[0, -1].float(), params)
+        budget = settings.total_tokens
+        frontier = self._sample_children(
+            q, -1, 0.0, min(width, budget), generator, tokens, parents, scores, probs
+        )
+        budget -= min(width, budget)
+        hidden_of = {c: root_hidden[0, 0] for c in frontier}
+        for depth in range(2, min(settings.depth, max_depth) + 1):
+            # the best nodes of the last depth get `width` children each while the budget lasts
+            # (the last one what is left): counts fixed before any child is drawn
+            expand = sorted(frontier, key=lambda c: (-scores[c], c))[: -(-budget // width)]
+            expand = expand[:width]
+            if not expand:
+                break
+            out = self._feed(expand, tokens, parents, hidden_of, slot_of, depth - 1)
+            qs = probabilities(drafter.logits(out)[0].float(), params)
+            frontier = []
+            for row, c in enumerate(expand):
+                count = min(width, budget)
+                new = self._sample_children(
+                    qs[row], c, scores[c], count, generator, tokens, parents, scores, probs
+                )
+                budget -= count
+                for child in new:
+                    hidden_of[child] = out[0, row]
+                frontier += new
+        return Proposal(tokens, parents, torch.stack(probs))
+
+    def _sample_children(
+        self, q, parent, parent_score, k, generator, tokens, parents, scores, probs
+    ) -> list[int]:
+        """Draw up to k children of `parent` from q (draft vocabulary) without replacement;
+        child i records q_i (q without the earlier siblings, renormalised) over the target
+        vocabulary."""
+        vocab = self.drafter.fields["vocab_size"]
+        to_target = self.drafter.to_target_ids(torch.arange(len(q), device=q.device))
+        remaining = q.clone()
+        first = len(tokens)
+        for _ in range(min(k, int((q > 0).sum()))):
+            q_i = remaining / remaining.sum()
+            draft_id = sample(q_i, generator)
+            full = torch.zeros(vocab, dtype=q_i.dtype, device=q_i.device)
+            full[to_target] = q_i
+            tokens.append(int(to_target[draft_id]))
+            parents.append(parent)
+            scores.append(parent_score + float(torch.log(q[draft_id])))
+            probs.append(full)
+            remaining[draft_id] = 0.0
+        return list(range(first, len(tokens)))
 
     def _children(self, logp, parent, parent_score, tokens, parents, scores, k) -> list[int]:
         """Record the top-k children of `parent` as candidates; their indices."""

@@ -16,7 +16,7 @@ import torch
 
 from .acceptance import accept
 from .errors import GenerationError
-from .kv_cache import cache_kwargs, cache_length, crop, keep_tail
+from .kv_cache import cache_kwargs, cache_length, cache_nbytes, crop, keep_tail
 from .proposers import Proposer
 from .sampling import SamplingParams
 from .speculation_length import AdaptiveLength
@@ -37,6 +37,9 @@ class GenerationMetrics:
     verify_seconds: float = 0.0
     prefill_seconds: float = 0.0
     total_seconds: float = 0.0
+    #: largest target KV cache (after a verification forward, tree nodes included) plus the
+    #: proposer's own cache in the same round
+    peak_cache_bytes: int = 0
 
     @property
     def mean_acceptance_length(self) -> float:
@@ -71,6 +74,7 @@ class GenerationMetrics:
             "draft_seconds": round(self.draft_seconds, 4),
             "verify_seconds": round(self.verify_seconds, 4),
             "tokens_per_second": round(self.tokens_per_second, 2),
+            "peak_cache_bytes": self.peak_cache_bytes,
         }
 
 
@@ -132,6 +136,8 @@ class SpeculativeGenerator:
         self.device = next(target.parameters()).device
         self.max_positions = getattr(target.config, "max_position_embeddings", None)
         self.eos_ids = self._eos_ids()
+        #: set by `draftzoo.load`: the loaded drafter (`inference.load.DrafterRuntime`)
+        self.drafter = None
 
     def _eos_ids(self) -> set[int]:
         ids: set[int] = set()
@@ -254,6 +260,8 @@ class SpeculativeGenerator:
             kwargs["position_ids"] = (past + depths)[None]
             kwargs["attention_mask"] = _tree_mask(proposal, past, self.target.dtype).to(self.device)
         out = self.target(input_ids=input_ids, **cache_kwargs(self.target, cache), **kwargs)
+        held = cache_nbytes(cache) + getattr(self.proposer, "cache_nbytes", lambda: 0)()
+        metrics.peak_cache_bytes = max(metrics.peak_cache_bytes, held)
         accepted, next_token = accept(out.logits[0], proposal, params, generator)
         if proposal.is_chain:
             crop(cache, past + 1 + len(accepted))

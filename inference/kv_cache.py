@@ -44,6 +44,18 @@ def _layers(cache):
     return layers
 
 
+def cache_nbytes(cache) -> int:
+    """Bytes held by a DynamicCache's keys and values (0 for None or an empty cache)."""
+    if cache is None:
+        return 0
+    total = 0
+    for layer in getattr(cache, "layers", []):
+        for tensor in (getattr(layer, "keys", None), getattr(layer, "values", None)):
+            if isinstance(tensor, torch.Tensor):
+                total += tensor.numel() * tensor.element_size()
+    return total
+
+
 def crop(cache, length: int) -> None:
     """Keep the first `length` positions (chains: drop rejected draft tokens)."""
     for layer in _layers(cache):

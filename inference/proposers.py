@@ -6,7 +6,7 @@ from typing import Protocol
 
 import torch
 
-from .kv_cache import cache_kwargs, crop
+from .kv_cache import cache_kwargs, cache_nbytes, crop
 from .sampling import SamplingParams, probabilities, sample
 from .tree import Proposal
 
@@ -81,6 +81,10 @@ class DraftModelProposer:
     def reset(self) -> None:
         """Forget the cached context (a new request)."""
         self.cache, self.cached_ids = None, []
+
+    def cache_nbytes(self) -> int:
+        """Bytes held by the draft model's KV cache."""
+        return cache_nbytes(self.cache)
 
     def _sync(self, context: list[int]) -> torch.Tensor:
         """Roll the cache back to the shared prefix; return the logits after `context`."""

@@ -14,6 +14,12 @@ SUBCOMMANDS = [
     ["train"],
     ["capture"],
     ["regenerate"],
+    ["eval"],
+    ["publish"],
+    ["zoo"],
+    ["zoo", "list"],
+    ["export"],
+    ["demo"],
 ]
 
 
@@ -114,3 +120,24 @@ def test_capture_then_regenerate_writer_mismatch_are_cli_commands(testbed_tiny, 
     args = ["regenerate", str(path), "--output", str(tmp_path / "o.jsonl"), "--writer", str(other)]
     assert main(args) == 2
     assert "does not share the target's tokenizer" in capsys.readouterr().err
+
+
+def test_publish_help_says_push_needs_the_network(capsys):
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["publish", "--help"])
+    assert "cannot run on an offline machine" in capsys.readouterr().out.replace("\n", " ")
+
+
+def test_zoo_commands_fail_with_one_clear_message(tmp_path, capsys):
+    assert main(["export", "no-such-drafter", "--format", "vllm", "--output-dir", "x"]) == 2
+    assert "no drafter named 'no-such-drafter'" in capsys.readouterr().err
+    assert main(["publish", str(tmp_path), "--zoo", str(tmp_path / "zoo")]) == 2
+    assert "is not a draftzoo drafter" in capsys.readouterr().err
+
+
+def test_zoo_list_prints_the_shipped_drafters(capsys):
+    from draftzoo.architectures.zoo_index import builtin_zoo_dir
+
+    assert main(["zoo", "list", "--zoo", str(builtin_zoo_dir())]) == 0
+    out = capsys.readouterr().out
+    assert "eagle3-testbed-small" in out and "draft-lm-testbed-small" in out

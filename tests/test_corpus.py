@@ -2,7 +2,12 @@ import pytest
 
 from draftzoo.data.chat_pairs import iter_function_pairs
 from draftzoo.data.corpus import CorpusError, CorpusSpec, list_sources
-from draftzoo.data.prompts import humaneval_prompts, load_prompt_set, stdlib_heldout_prompts
+from draftzoo.data.prompts import (
+    PromptSetError,
+    humaneval_prompts,
+    load_prompt_set,
+    stdlib_heldout_prompts,
+)
 
 SOURCE = '''
 import os
@@ -83,5 +88,5 @@ def test_prompt_sets():
     assert len(heldout) == 20
     held_modules = {f.module for f in list_sources(CorpusSpec(packages=())) if f.split == "heldout"}
     assert all(p.prompt_id.split(":")[0] in held_modules for p in heldout)
-    with pytest.raises(KeyError, match="known: humaneval, stdlib-heldout"):
+    with pytest.raises(PromptSetError, match="known: humaneval, stdlib-heldout"):
         load_prompt_set("mt-bench")

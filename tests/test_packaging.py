@@ -49,6 +49,14 @@ def test_wheel_holds_every_subpackage_and_the_committed_testbed(wheel):
     assert "draftzoo/recipes/testbed/testbed-small.yaml" in names
     for file in ("model.safetensors", "config.json", "tokenizer.json", "testbed.json"):
         assert f"draftzoo/recipes/testbed/testbed-small/{file}" in names
+    for name in (
+        "index.json",
+        "eagle3-testbed-small/model.safetensors",
+        "eagle3-testbed-small/README.md",
+        "draft-lm-testbed-small/config.json",
+    ):
+        assert f"draftzoo/recipes/zoo/{name}" in names
+    assert "draftzoo/recipes/eagle3/testbed-small-demo.yaml" in names
     assert not any(n.startswith("tests/") for n in names)
 
 

@@ -1,4 +1,5 @@
-"""The shipped draft LM fits the shipped target and keeps its greedy output exactly."""
+"""The shipped draft LM (in the shipped zoo) fits the shipped target and keeps its greedy output
+exactly."""
 
 from __future__ import annotations
 
@@ -7,15 +8,16 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from draftzoo.architectures.drafter_io import check_drafter_target
 from draftzoo.architectures.target import TargetAdapter
+from draftzoo.architectures.zoo_index import ZooIndex, builtin_zoo_dir
 from draftzoo.data.prompts import humaneval_prompts
 from draftzoo.inference.generate import SpeculativeGenerator
 from draftzoo.inference.proposers import DraftModelProposer
 from draftzoo.inference.sampling import SamplingParams
-from draftzoo.train.testbed import committed_testbed_dir, recipes_dir
+from draftzoo.train.testbed import committed_testbed_dir
 
 
 def test_committed_draft_lm_is_lossless_and_accepted():
-    drafter = recipes_dir().parent / "drafters" / "draft-lm-testbed-small"
+    drafter = ZooIndex(builtin_zoo_dir()).folder("draft-lm-testbed-small")
     target = TargetAdapter.from_pretrained(committed_testbed_dir())
     record = check_drafter_target(drafter, target.fingerprint())
     assert record["family"] == "draft_lm" and record["recipe"]["distill"]["loss"] == "fkl"

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 
 from draftzoo.inference.batch import BatchGenerator
 from draftzoo.inference.eagle import EagleProposer, TreeSettings
@@ -84,6 +85,35 @@ def test_tree_beats_chain_in_tau(drafters, target_and_tokenizer):
             o.metrics.num_target_forwards for o in outs
         )
     assert taus["tree"] > taus["chain"], taus
+
+
+def test_sampled_trees_hold_siblings_drawn_without_replacement(drafters, target_and_tokenizer):
+    """T > 0: every node carries the q_i it was drawn from; siblings are distinct and each
+    sibling's q_i is zero on the earlier siblings' tokens; the budget and depth hold."""
+    model, tokenizer = target_and_tokenizer
+    settings = TreeSettings(depth=4, total_tokens=25, sampled_children=3)
+    proposer = EagleProposer.from_pretrained(drafters["eagle3"], model, tokenizer, settings)
+    context = tokenizer(PROMPTS[1], add_special_tokens=False).input_ids
+    from draftzoo.architectures.target import TargetAdapter
+    from draftzoo.inference.generate import fused_states
+
+    with TargetAdapter(model).capture(proposer.target_layers) as captured:
+        model(input_ids=torch.tensor([context[:-1]]))
+        proposer.observe(fused_states(captured, proposer.target_layers)[0])
+    params = SamplingParams(temperature=1.0)
+    proposal = proposer.propose(context, 4, params, params.generator())
+    # 3 at the root, then the best 3 nodes of each depth get 3 children (the last ones 4 in all)
+    assert len(proposal) == 25 and max(proposal.depths) == 4
+    assert proposal.draft_probs.shape == (len(proposal), model.config.vocab_size)
+    for children in proposal.children:
+        seen = []
+        for child in children:
+            q = proposal.draft_probs[child]
+            assert q.sum().item() == pytest.approx(1.0, abs=1e-5)
+            assert q[proposal.tokens[child]] > 0
+            assert all(q[token] == 0 for token in seen)
+            seen.append(proposal.tokens[child])
+        assert len(children) <= 3
 
 
 def test_sampling_runs_and_drafter_cache_holds_only_real_positions(drafters, target_and_tokenizer):

@@ -78,7 +78,8 @@ def test_eagle1_trains_and_loads_back(testbed_tiny, chat, tmp_path):
     assert read_drafter_record(folder)["hidden_state_layers"] == [target.num_layers]
     weights = load_file(folder / "model.safetensors")
     assert weights["fc.weight"].shape == (target.hidden_size, 2 * target.hidden_size)
-    assert "fc.bias" in weights and "lm_head.weight" not in weights
+    # no fc bias by default (vLLM's EAGLE-1 layout); the lm_head is the target's
+    assert "fc.bias" not in weights and "lm_head.weight" not in weights
     assert "midlayer.input_layernorm.weight" not in weights
     drafter = load_eagle(folder, target)
     assert drafter.kind == "eagle1"

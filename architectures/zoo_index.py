@@ -1,0 +1,118 @@
+"""The zoo index: a versioned JSON file listing every published drafter and where it lives.
+
+    <zoo>/index.json   {"version": 1, "drafters": {name: entry, ...}}
+    <zoo>/<name>/      the drafter (config.json, model.safetensors, draftzoo.json), its model
+                       card (README.md), eval report and plots
+
+An entry records the name, family, target fingerprint, base model, headline metrics, the
+checkpoint hash and the folder (relative to the index). The index is rewritten whole under a
+lock and renamed into place, so a reader sees the old index or the new one, never half of one.
+
+Zoos searched by name: `$DRAFTZOO_ZOO` (default `~/.cache/draftzoo/zoo`), then the zoo that
+ships inside the package (the testbed drafters).
+"""
+
+from __future__ import annotations
+
+import difflib
+import fcntl
+import json
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from importlib.resources import files
+from pathlib import Path
+from typing import Any
+
+INDEX_FILE = "index.json"
+INDEX_VERSION = 1
+ENTRY_FIELDS = (
+    "name",
+    "family",
+    "target",
+    "base_model",
+    "metrics",
+    "files",
+    "checkpoint_hash",
+    "published",
+)
+
+
+class ZooError(LookupError):
+    """A name the zoo does not hold, or an index that cannot be read."""
+
+
+def default_zoo_dir() -> Path:
+    """The user's zoo: `$DRAFTZOO_ZOO`, else `~/.cache/draftzoo/zoo`."""
+    return Path(os.environ.get("DRAFTZOO_ZOO") or Path.home() / ".cache" / "draftzoo" / "zoo")
+
+
+def builtin_zoo_dir() -> Path:
+    """The zoo shipped in the package: the measured testbed drafters."""
+    return Path(str(files("draftzoo.recipes"))) / "zoo"
+
+
+class ZooIndex:
+    """One zoo folder and its `index.json`."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+        self.file = self.root / INDEX_FILE
+
+    def entries(self) -> dict[str, dict[str, Any]]:
+        """name -> entry; an absent index is an empty zoo."""
+        if not self.file.is_file():
+            return {}
+        try:
+            data = json.loads(self.file.read_text())
+        except json.JSONDecodeError as err:
+            raise ZooError(f"{self.file} is not valid JSON: {err}") from err
+        if data.get("version") != INDEX_VERSION:
+            raise ZooError(f"{self.file}: index version {data.get('version')!r} is not supported")
+        return data["drafters"]
+
+    def folder(self, name: str) -> Path:
+        """Where entry `name`'s files are."""
+        return (self.root / self.entries()[name]["files"]).resolve()
+
+    @contextmanager
+    def locked(self) -> Iterator[dict[str, dict[str, Any]]]:
+        """Hold the zoo's lock; yields the entries, written back (atomically) on success."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        with (self.root / ".lock").open("w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            entries = self.entries()
+            yield entries
+            self._write(entries)
+
+    def _write(self, entries: dict[str, dict[str, Any]]) -> None:
+        tmp = self.file.with_name(INDEX_FILE + ".tmp")
+        payload = {"version": INDEX_VERSION, "drafters": dict(sorted(entries.items()))}
+        with tmp.open("w") as handle:
+            handle.write(json.dumps(payload, indent=1) + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, self.file)
+
+
+def close_names(name: str, names: list[str]) -> list[str]:
+    """Names that look like `name` (typos, a missing suffix)."""
+    near = difflib.get_close_matches(name, names, n=5, cutoff=0.5)
+    near += [n for n in names if (name in n or n in name) and n not in near]
+    return near[:5]
+
+
+def find_in_zoos(name: str, zoos: list[Path] | None = None) -> tuple[Path, dict[str, Any]]:
+    """(folder, entry) of the first zoo that holds `name`; a clear error listing close names."""
+    zoos = zoos if zoos is not None else [default_zoo_dir(), builtin_zoo_dir()]
+    known: list[str] = []
+    for root in zoos:
+        index = ZooIndex(root)
+        entries = index.entries()
+        if name in entries:
+            return index.folder(name), entries[name]
+        known += list(entries)
+    near = close_names(name, known)
+    hint = f"; did you mean: {', '.join(near)}?" if near else ""
+    searched = ", ".join(str(z) for z in zoos)
+    raise ZooError(f"no drafter named {name!r} in the zoo ({searched}){hint}")

@@ -1,0 +1,200 @@
+"""The model card (`README.md`) of a published drafter, written from its eval report.
+
+The YAML front matter follows the Hugging Face model-card metadata (base_model, library_name,
+tags, model-index metrics); the body carries the measured tables, the plots and the exact
+commands that reproduce training and evaluation.
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+import yaml
+
+FAMILY_NAMES = {"draft_lm": "draft LM", "eagle1": "EAGLE-1", "eagle3": "EAGLE-3"}
+
+
+def _article(noun: str) -> str:
+    return f"{'An' if noun[0] in 'AEIOU' else 'A'} {noun}"
+
+
+def eval_command(report: dict[str, Any], drafter: str) -> str:
+    """The `draftzoo eval` command that reproduces `report`."""
+    cfg = report["config"]
+    parts = ["draftzoo", "eval", drafter, "--target", report["target"]["name"]]
+    for name in cfg["prompt_sets"]:
+        parts += ["--prompt-set", name]
+    parts += ["--prompts", str(cfg["max_prompts"]), "--max-new-tokens", str(cfg["max_new_tokens"])]
+    parts += ["--temperatures", *[f"{t:g}" for t in cfg["temperatures"]]]
+    parts += ["--batch-sizes", *[str(b) for b in cfg["batch_sizes"]]]
+    parts += ["--repeats", str(cfg["repeats"])]
+    if cfg["proposal"] == "tree":
+        parts += ["--tree", "--tree-top-k", str(cfg["tree_top_k"])]
+        parts += ["--tree-depth", str(cfg["tree_depth"]), "--tree-tokens", str(cfg["tree_tokens"])]
+        parts += ["--tree-sampled-children", str(cfg["tree_sampled_children"])]
+    else:
+        parts += ["--num-speculative-tokens", str(cfg["num_speculative_tokens"])]
+    if not cfg["chat"]:
+        parts.append("--raw")
+    return shlex.join(parts)
+
+
+def _front_matter(name: str, report: dict[str, Any], family: str) -> str:
+    metrics = []
+    for r in report["results"]:
+        where = f"T={r['temperature']:g}, batch {r['batch_size']}"
+        metrics.append(
+            {
+                "type": "mean_acceptance_length",
+                "value": round(r["tau"], 3),
+                "name": f"tau ({where})",
+            }
+        )
+        metrics.append(
+            {
+                "type": "speedup",
+                "value": round(r["speedup"]["mean"], 3),
+                "name": f"speedup over target-only ({where})",
+            }
+        )
+    data = {
+        "base_model": report["target"]["name"],
+        "library_name": "draftzoo",
+        "pipeline_tag": "text-generation",
+        "tags": ["speculative-decoding", "draftzoo", family.replace("_", "-")],
+        "model-index": [
+            {
+                "name": name,
+                "results": [
+                    {
+                        "task": {"type": "text-generation", "name": "Speculative decoding"},
+                        "dataset": {
+                            "name": ", ".join(report["config"]["prompt_sets"]),
+                            "type": "prompts",
+                        },
+                        "metrics": metrics,
+                    }
+                ],
+            }
+        ],
+    }
+    return "---\n" + yaml.safe_dump(data, sort_keys=False) + "---\n"
+
+
+def _results_table(report: dict[str, Any]) -> list[str]:
+    rows = [
+        "| T | batch | tau | speedup (mean ± std, min–max) | target tok/s | speculative tok/s "
+        "| draft / verify ms per round | greedy identity |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in report["results"]:
+        s = r["speedup"]
+        ident = r.get("greedy_identity")
+        shown = f"{ident['identical']}/{ident['decodes']}" if ident else "n/a (sampling)"
+        rows.append(
+            f"| {r['temperature']:g} | {r['batch_size']} | {r['tau']:.2f} | "
+            f"{s['mean']:.2f}x ± {s['std']:.2f} ({s['min']:.2f}–{s['max']:.2f}) | "
+            f"{r['tokens_per_second']['target']:.1f} | {r['tokens_per_second']['speculative']:.1f}"
+            f" | {r['draft_ms_per_round']:.2f} / {r['verify_ms_per_round']:.2f} | {shown} |"
+        )
+    return rows
+
+
+def render_card(
+    name: str,
+    record: dict[str, Any],
+    report: dict[str, Any],
+    plots: list[str],
+    train_command: str,
+) -> str:
+    """README.md text for drafter `name`."""
+    family = record["family"]
+    training = record.get("training", {})
+    cfg, memory = report["config"], report["memory"]
+    serving = report["serving"]
+    lines = [
+        _front_matter(name, report, family),
+        f"# {name}",
+        "",
+        f"{_article(FAMILY_NAMES.get(family, family))} drafter for "
+        f"**{report['target']['name']}**, "
+        "trained and measured by draftzoo. Speculative decoding with it is lossless: greedy "
+        "output equals the target's, sampled output is distributed as the target's.",
+        "",
+        "## Use",
+        "",
+        "```python",
+        "import draftzoo",
+        f'generator = draftzoo.load("{name}")  # target: {report["target"]["name"]}',
+        'print(generator.generate("def fibonacci(n):").text)',
+        "```",
+        "",
+        f"Served as measured: {serving['proposal']}, {serving['num_speculative_tokens']} "
+        "tokens deep" + (f" (tree {serving['tree']})" if serving.get("tree") else "") + ".",
+        "",
+        "## Measured",
+        "",
+        f"Prompts: {', '.join(cfg['prompt_sets'])} — {report['results'][0]['prompts']} prompts "
+        f"(after one warm-up), {cfg['max_new_tokens']} new tokens, "
+        f"{'chat template' if cfg['chat'] else 'raw text'}, {cfg['repeats']} repeat(s); "
+        "target-only and speculative decoding interleaved in one process. tau = tokens "
+        "committed per target forward (bonus token included).",
+        "",
+        *_results_table(report),
+        "",
+    ]
+    for r in report["results"]:
+        if r["batch_size"] != 1:
+            continue
+        cats = ", ".join(f"{n}: {c['tau']:.2f}" for n, c in sorted(r["categories"].items()))
+        accept = ", ".join(f"{a:.2f}" for a in r["acceptance_per_position"])
+        lines.append(
+            f"- T={r['temperature']:g}: tau per category — {cats}; acceptance per "
+            f"position — {accept}"
+        )
+    hw = report["hardware"]
+    lines += [
+        "",
+        f"Memory: target {memory['target_bytes'] / 2**20:.1f} MiB, drafter "
+        f"{memory['drafter_bytes'] / 2**20:.1f} MiB, peak KV caches "
+        f"{memory['peak_kv_cache_bytes'] / 2**20:.2f} MiB. Hardware: {hw['processor']}, "
+        f"{hw['cpu_count']} CPUs, {hw['torch_threads']} torch threads"
+        + (f", {hw['cuda']}" if hw.get("cuda") else "")
+        + f". Versions: {', '.join(f'{k} {v}' for k, v in report['versions'].items())}.",
+        f"Checkpoint sha256: `{report['checkpoint']['sha256']}`.",
+        "",
+    ]
+    lines += [f"![{p}]({p})" for p in plots]
+    lines += ["", "## Training", ""]
+    if training:
+        shown = {
+            k: v
+            for k, v in training.items()
+            if k
+            in {
+                "steps",
+                "supervised_tokens",
+                "train_seconds",
+                "num_processes",
+                "final_loss",
+                "simulated_acceptance_length",
+            }
+        }
+        lines += [f"- {k}: {v}" for k, v in shown.items()]
+    lines += [
+        f"- hidden-state layers (HF convention, index k = input to decoder layer k): "
+        f"{record.get('hidden_state_layers') or 'none'}",
+        f"- data hash: `{record.get('data_hash', '')}`",
+        "",
+        "## Reproduce",
+        "",
+        "```bash",
+        train_command,
+        eval_command(report, "DRAFTER"),
+        "```",
+        "",
+        "The recipe as run is `recipe.yaml` beside this card; `report.json` holds every number.",
+        "",
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,161 @@
+"""`draftzoo publish`: a measured drafter -> the zoo (model card, index entry, files).
+
+    draftzoo publish runs/eagle3-testbed-small --report runs/eagle3-eval/report.json \
+        --zoo ~/.cache/draftzoo/zoo [--name eagle3-testbed-small] [--push-to-hub ORG/NAME]
+
+Refused without an eval report, or with a report whose checkpoint hash is not this
+checkpoint's, or when the weights cannot be read. The drafter's folder in the zoo is built
+under a temporary name and renamed into place, and the index is rewritten whole under a lock
+after that: a publish that fails midway leaves the zoo as it was.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..architectures.drafter_io import (
+    DEFINING_FILES,
+    DrafterError,
+    checkpoint_hash,
+    read_drafter_record,
+    replace_dir,
+)
+from ..architectures.export import TOKENIZER_FILES
+from ..architectures.zoo_index import ZooIndex
+from .model_card import render_card
+from .plots import plot_report
+from .runner import REPORT_FILE, SUMMARY_FILE, headline
+
+CARD_FILE = "README.md"
+RECIPE_FILE = "recipe.yaml"
+NAME_CHARS = set("abcdefghijklmnopqrstuvwxyz0123456789-_.")
+
+
+class PublishError(ValueError):
+    """A drafter that may not enter the zoo, with the reason."""
+
+
+def read_report(path: Path | None) -> dict[str, Any]:
+    """An eval report; a clear error when there is none."""
+    if path is None or not Path(path).is_file():
+        raise PublishError(
+            f"no eval report at {path}: every published drafter carries measured numbers; run "
+            "`draftzoo eval DRAFTER --output-dir DIR` and pass --report DIR/report.json"
+        )
+    try:
+        return json.loads(Path(path).read_text())
+    except json.JSONDecodeError as err:
+        raise PublishError(f"{path} is not a valid eval report: {err}") from err
+
+
+def check_weights(folder: Path) -> None:
+    """Every tensor of model.safetensors reads back (catches truncated or corrupt files)."""
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(folder / "model.safetensors"), "pt") as handle:
+            for key in handle.keys():  # noqa: SIM118 (safe_open has no __iter__)
+                handle.get_tensor(key)
+    except (SafetensorError, OSError, RuntimeError) as err:
+        raise PublishError(f"{folder / 'model.safetensors'} is corrupt: {err}") from err
+
+
+def train_command(record: dict[str, Any]) -> str:
+    """How the drafter was trained, as a command on the published recipe."""
+    processes = record.get("training", {}).get("num_processes", 1)
+    if processes > 1:
+        return (
+            "accelerate launch --config_file recipes/launch/ddp.yaml --num_processes "
+            f"{processes} -m draftzoo train {RECIPE_FILE}"
+        )
+    return f"draftzoo train {RECIPE_FILE}"
+
+
+def publish(
+    folder: Path,
+    report_path: Path | None,
+    zoo: Path,
+    name: str | None = None,
+    overwrite: bool = False,
+) -> Path:
+    """Publish drafter `folder` with its report into `zoo`; returns the published folder."""
+    folder, zoo = Path(folder), Path(zoo)
+    try:
+        record = read_drafter_record(folder)
+        digest = checkpoint_hash(folder)
+    except DrafterError as err:
+        raise PublishError(str(err)) from err
+    check_weights(folder)
+    report = read_report(report_path)
+    measured = report.get("checkpoint", {}).get("sha256")
+    if measured != digest:
+        raise PublishError(
+            f"the report {report_path} measured checkpoint {str(measured)[:16]}…, but {folder} "
+            f"is {digest[:16]}…; evaluate this checkpoint before publishing it"
+        )
+    name = name or str(record.get("recipe", {}).get("name") or folder.name)
+    if not set(name) <= NAME_CHARS:
+        raise PublishError(f"zoo names use a-z, 0-9, '-', '_' and '.': {name!r}")
+
+    index = ZooIndex(zoo)
+    with index.locked() as entries:
+        if name in entries and not overwrite:
+            raise PublishError(f"{name!r} is already in the zoo {zoo}; pass --overwrite to replace")
+        target = zoo / name
+        tmp = zoo / f".{name}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        try:
+            _build_folder(folder, tmp, name, record, report, report_path)
+            replace_dir(tmp, target)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        entries[name] = {
+            "name": name,
+            "family": record["family"],
+            "target": record["target"],
+            "base_model": report["target"]["name"],
+            "metrics": headline(report),
+            "serving": report["serving"],
+            "files": name,
+            "checkpoint_hash": digest,
+            "published": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        }
+    return target
+
+
+def _build_folder(source, tmp, name, record, report, report_path) -> None:
+    tmp.mkdir(parents=True)
+    for file in (*DEFINING_FILES, *TOKENIZER_FILES):
+        if (source / file).is_file():
+            shutil.copy2(source / file, tmp / file)
+    shutil.copy2(report_path, tmp / REPORT_FILE)
+    summary = Path(report_path).with_name(SUMMARY_FILE)
+    if summary.is_file():
+        shutil.copy2(summary, tmp / SUMMARY_FILE)
+    (tmp / RECIPE_FILE).write_text(yaml.safe_dump(record.get("recipe", {}), sort_keys=False))
+    plots = [p.name for p in plot_report(report, tmp)]
+    card = render_card(name, record, report, plots, train_command(record))
+    (tmp / "README.md").write_text(card)
+
+
+def push_to_hub(folder: Path, repo_id: str, private: bool = False) -> str:
+    """Upload a published folder to a Hugging Face hub model repo; returns its URL.
+
+    Needs network access and a token (`huggingface-cli login` or HF_TOKEN)."""
+    from huggingface_hub import HfApi
+
+    api = HfApi()
+    api.create_repo(repo_id, repo_type="model", private=private, exist_ok=True)
+    info = api.upload_folder(
+        folder_path=str(folder),
+        repo_id=repo_id,
+        repo_type="model",
+        commit_message=f"draftzoo publish {Path(folder).name}",
+    )
+    return str(info)

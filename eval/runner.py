@@ -1,0 +1,458 @@
+"""`draftzoo eval`: target-only and speculative decoding on the same prompts, side by side.
+
+    draftzoo eval runs/eagle3-testbed-small --prompt-set humaneval --prompts 20 \
+        --temperatures 0 1 --batch-sizes 1 4 --repeats 2 --output-dir runs/eagle3-eval
+
+Per temperature and batch size, every prompt is decoded target-only and speculatively in the
+same process, interleaved prompt by prompt (the order alternates), with the same seed; one
+warm-up prompt is decoded first and not counted. Batch sizes above 1 decode chunks of that
+many prompts with `BatchGenerator`, target-only and speculative, chunk by chunk. Repeats rerun
+everything, so the speedup comes with its spread. The report (`report.json`) holds tau per
+category, per-position acceptance, tokens/s, speedup (mean, std, min, max over repeats), the
+greedy identity rate, peak memory, hardware, versions and the checkpoint hash; `summary.txt`
+says the same for people.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import resource
+import statistics
+import time
+from collections import defaultdict
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..architectures.drafter_io import checkpoint_hash
+from ..architectures.target import TargetAdapter
+from ..data.prompts import Prompt, load_prompt_set
+from ..inference.batch import BatchGenerator
+from ..inference.eagle import TreeSettings
+from ..inference.generate import SpeculativeGenerator
+from ..inference.load import DrafterRuntime
+from ..inference.sampling import SamplingParams
+
+REPORT_FILE = "report.json"
+SUMMARY_FILE = "summary.txt"
+REPORT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """What `draftzoo eval` measures."""
+
+    prompt_sets: tuple[str, ...] = ("humaneval",)  # names, question files, hf:NAME[:SPLIT[:COL]]
+    max_prompts: int = 20  # per prompt set (after the warm-up prompt)
+    max_new_tokens: int = 128
+    temperatures: tuple[float, ...] = (0.0, 1.0)
+    batch_sizes: tuple[int, ...] = (1,)
+    repeats: int = 1  # full reruns, for the speedup's spread
+    proposal: str = "chain"  # "chain" or "tree" (EAGLE drafters)
+    num_speculative_tokens: int = 4  # chain length (trees use tree_depth)
+    tree_top_k: int = 10
+    tree_depth: int = 6
+    tree_tokens: int = 60
+    tree_sampled_children: int = 3  # T > 0 trees: children drawn per expanded node
+    chat: bool = True  # render prompts with the target's chat template
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.prompt_sets:
+            raise ValueError("give at least one prompt set")
+        if self.max_prompts < 1 or self.max_new_tokens < 1 or self.repeats < 1:
+            raise ValueError("max_prompts, max_new_tokens and repeats must be >= 1")
+        if not self.temperatures or any(t < 0 for t in self.temperatures):
+            raise ValueError("temperatures must be >= 0")
+        if not self.batch_sizes or any(b < 1 for b in self.batch_sizes):
+            raise ValueError("batch sizes must be >= 1")
+        if self.proposal not in ("chain", "tree"):
+            raise ValueError(f"proposal must be 'chain' or 'tree', got {self.proposal!r}")
+        if self.num_speculative_tokens < 1:
+            raise ValueError("num_speculative_tokens must be >= 1")
+
+    @property
+    def tree(self) -> TreeSettings | None:
+        if self.proposal != "tree":
+            return None
+        return TreeSettings(
+            self.tree_top_k, self.tree_depth, self.tree_tokens, self.tree_sampled_children
+        )
+
+
+@dataclass
+class _Run:
+    """Counters of one (method, prompt) decode."""
+
+    tokens: int = 0
+    seconds: float = 0.0
+    forwards: int = 0
+    drafts: int = 0
+    draft_seconds: float = 0.0
+    verify_seconds: float = 0.0
+
+    def add(self, out, seconds: float) -> None:
+        m = out.metrics
+        self.tokens += m.num_generated_tokens
+        self.seconds += seconds
+        self.forwards += m.num_target_forwards
+        self.drafts += m.num_drafts
+        self.draft_seconds += m.draft_seconds
+        self.verify_seconds += m.verify_seconds
+
+
+def load_prompts(config: EvalConfig) -> list[Prompt]:
+    """The first `max_prompts` + 1 prompts of every set (the very first is the warm-up)."""
+    prompts: list[Prompt] = []
+    for index, name in enumerate(config.prompt_sets):
+        chosen = load_prompt_set(name)
+        prompts += chosen[: config.max_prompts + (1 if index == 0 else 0)]
+    return prompts
+
+
+def _module_bytes(module) -> int:
+    tensors = list(module.parameters()) + list(module.buffers())
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def environment() -> dict[str, Any]:
+    """Hardware and versions, as the report records them."""
+    import transformers
+
+    from .. import __version__
+
+    hardware = {
+        "machine": platform.machine(),
+        "processor": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+    }
+    versions = {
+        "draftzoo": __version__,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "python": platform.python_version(),
+    }
+    return {"hardware": hardware, "versions": versions}
+
+
+class Evaluation:
+    """One drafter evaluated against its target under one `EvalConfig`."""
+
+    def __init__(self, target, tokenizer, drafter: DrafterRuntime, config: EvalConfig) -> None:
+        self.target, self.tokenizer, self.drafter, self.config = target, tokenizer, drafter, config
+        self.plain = SpeculativeGenerator(target, tokenizer)
+        self.speculative = SpeculativeGenerator(
+            target, tokenizer, drafter.make_proposer(), drafter.num_speculative_tokens
+        )
+        self.peak_cache_bytes = 0
+
+    def _params(self, temperature: float, index: int, repeat: int) -> SamplingParams:
+        seed = self.config.seed + 1000 * repeat + index
+        return SamplingParams(
+            temperature=temperature, max_new_tokens=self.config.max_new_tokens, seed=seed
+        )
+
+    def run(self, prompts: list[Prompt], progress=None) -> list[dict[str, Any]]:
+        """One result per (temperature, batch size)."""
+        texts = [p.render(self.tokenizer, self.config.chat) for p in prompts]
+        results = []
+        for temperature in self.config.temperatures:
+            for batch_size in self.config.batch_sizes:
+                repeats = []
+                for repeat in range(self.config.repeats):
+                    if batch_size == 1:
+                        repeats.append(self._batch_one(texts, temperature, repeat, progress))
+                    else:
+                        repeats.append(
+                            self._batched(texts, batch_size, temperature, repeat, progress)
+                        )
+                results.append(self._summarize(prompts, repeats, temperature, batch_size))
+        return results
+
+    def _batch_one(self, texts, temperature, repeat, progress) -> dict[str, Any]:
+        runs: dict[str, list[_Run]] = {"target": [], "speculative": []}
+        per_pos: list[int] = []
+        identical = []
+        for index, text in enumerate(texts):
+            params = self._params(temperature, index, repeat)
+            order = ("target", "speculative") if index % 2 == 0 else ("speculative", "target")
+            outs = {}
+            for name in order:
+                generator = self.plain if name == "target" else self.speculative
+                began = time.perf_counter()
+                outs[name] = generator.generate(text, params)
+                seconds = time.perf_counter() - began
+                run = _Run()
+                run.add(outs[name], seconds)
+                runs[name].append(run)
+            spec = outs["speculative"].metrics
+            self.peak_cache_bytes = max(self.peak_cache_bytes, spec.peak_cache_bytes)
+            if index > 0:
+                _add_positions(per_pos, spec.num_accepted_tokens_per_pos)
+            identical.append(outs["speculative"].token_ids == outs["target"].token_ids)
+            if progress is not None:
+                progress.update(1)
+        return {"runs": runs, "per_pos": per_pos, "identical": identical}
+
+    def _batched(self, texts, batch_size, temperature, repeat, progress) -> dict[str, Any]:
+        plain = BatchGenerator(self.target, self.tokenizer, None, 0)
+        speculative = BatchGenerator(
+            self.target,
+            self.tokenizer,
+            self.drafter.make_proposer,
+            self.drafter.num_speculative_tokens,
+            max_speculative_batch=batch_size,
+        )
+        runs: dict[str, list[_Run]] = {"target": [], "speculative": []}
+        per_pos: list[int] = []
+        identical: list[bool] = []
+        params = self._params(temperature, 0, repeat)
+        # the warm-up prompt alone first, then chunks of `batch_size`
+        chunks = [texts[:1]] + [texts[i : i + batch_size] for i in range(1, len(texts), batch_size)]
+        for number, chunk in enumerate(chunks):
+            order = ("target", "speculative") if number % 2 == 0 else ("speculative", "target")
+            outs = {}
+            for name in order:
+                generator = plain if name == "target" else speculative
+                outs[name] = generator.generate(chunk, params)
+            for name in ("target", "speculative"):
+                # the chunk's wall time, shared out by tokens so per-prompt sums stay exact
+                batch = outs[name]
+                total = sum(o.metrics.num_generated_tokens for o in batch.outputs) or 1
+                for out in batch.outputs:
+                    run = _Run()
+                    run.add(out, batch.total_seconds * out.metrics.num_generated_tokens / total)
+                    runs[name].append(run)
+            for spec, ref in zip(outs["speculative"].outputs, outs["target"].outputs, strict=True):
+                self.peak_cache_bytes = max(self.peak_cache_bytes, spec.metrics.peak_cache_bytes)
+                if number > 0:
+                    _add_positions(per_pos, spec.metrics.num_accepted_tokens_per_pos)
+                identical.append(spec.token_ids == ref.token_ids)
+            if progress is not None:
+                progress.update(len(chunk))
+        return {"runs": runs, "per_pos": per_pos, "identical": identical}
+
+    def _summarize(self, prompts, repeats, temperature, batch_size) -> dict[str, Any]:
+        categories: dict[str, dict[str, _Run]] = defaultdict(
+            lambda: {"target": _Run(), "speculative": _Run()}
+        )
+        speedups = []
+        per_pos_total: list[int] = []
+        total = {"target": _Run(), "speculative": _Run()}
+        for rep in repeats:
+            rep_total = {"target": _Run(), "speculative": _Run()}
+            for index, prompt in enumerate(prompts):
+                if index == 0:
+                    continue  # warm-up
+                for name in ("target", "speculative"):
+                    run = rep["runs"][name][index]
+                    for bucket in (categories[prompt.category][name], rep_total[name], total[name]):
+                        _merge(bucket, run)
+            speedups.append(_rate(rep_total["speculative"]) / _rate(rep_total["target"]))
+            _add_positions(per_pos_total, rep["per_pos"])
+        spec = total["speculative"]
+        counted = len(prompts) - 1
+        result: dict[str, Any] = {
+            "temperature": temperature,
+            "batch_size": batch_size,
+            "prompts": counted,
+            "tau": spec.tokens / max(1, spec.forwards),
+            "acceptance_per_position": [n / max(1, spec.drafts) for n in per_pos_total],
+            "tokens_per_second": {
+                "target": _rate(total["target"]),
+                "speculative": _rate(spec),
+            },
+            "speedup": _spread(speedups),
+            "draft_ms_per_round": 1e3 * spec.draft_seconds / max(1, spec.forwards),
+            "verify_ms_per_round": 1e3 * spec.verify_seconds / max(1, spec.forwards),
+            "categories": {
+                name: {
+                    "prompts": sum(1 for p in prompts[1:] if p.category == name),
+                    "tau": runs["speculative"].tokens / max(1, runs["speculative"].forwards),
+                    "speedup": _rate(runs["speculative"]) / _rate(runs["target"]),
+                }
+                for name, runs in categories.items()
+            },
+            # per prompt (first repeat): tokens and verification forwards, for exact re-checks
+            "per_prompt": [
+                {
+                    "id": prompt.prompt_id,
+                    "tokens": repeats[0]["runs"]["speculative"][i].tokens,
+                    "forwards": repeats[0]["runs"]["speculative"][i].forwards,
+                }
+                for i, prompt in enumerate(prompts)
+                if i > 0
+            ],
+        }
+        if temperature == 0:
+            same = [ok for rep in repeats for ok in rep["identical"][1:]]
+            result["greedy_identity"] = {
+                "identical": sum(same),
+                "decodes": len(same),
+                "rate": sum(same) / max(1, len(same)),
+                "reference": "target-only at the same batch size",
+            }
+        return result
+
+
+def _add_positions(into: list[int], counts: list[int]) -> None:
+    into.extend([0] * (len(counts) - len(into)))
+    for k, n in enumerate(counts):
+        into[k] += n
+
+
+def _merge(into: _Run, run: _Run) -> None:
+    for name in asdict(run):
+        setattr(into, name, getattr(into, name) + getattr(run, name))
+
+
+def _rate(run: _Run) -> float:
+    return run.tokens / run.seconds if run.seconds > 0 else 0.0
+
+
+def _spread(values: list[float]) -> dict[str, float]:
+    return {
+        "mean": statistics.fmean(values),
+        "std": statistics.stdev(values) if len(values) > 1 else 0.0,
+        "min": min(values),
+        "max": max(values),
+        "per_repeat": values,
+    }
+
+
+def evaluate(
+    target,
+    tokenizer,
+    drafter: DrafterRuntime,
+    config: EvalConfig,
+    target_name: str,
+    show_progress: bool = True,
+) -> dict[str, Any]:
+    """Run the evaluation; the report as a dict."""
+    from tqdm.auto import tqdm
+
+    prompts = load_prompts(config)
+    evaluation = Evaluation(target, tokenizer, drafter, config)
+    steps = len(prompts) * len(config.temperatures) * len(config.batch_sizes) * config.repeats
+    if torch.cuda.is_available():
+        torch.cuda.reset_peak_memory_stats()
+    started = time.perf_counter()
+    with tqdm(total=steps, desc="eval", unit="prompt", disable=not show_progress) as progress:
+        results = evaluation.run(prompts, progress)
+    memory = {
+        "target_bytes": _module_bytes(target),
+        "drafter_bytes": _module_bytes(drafter.module),
+        "peak_kv_cache_bytes": evaluation.peak_cache_bytes,
+        "process_peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "cuda_peak_allocated_bytes": (
+            torch.cuda.max_memory_allocated() if torch.cuda.is_available() else None
+        ),
+    }
+    memory["target_drafter_caches_bytes"] = (
+        memory["target_bytes"] + memory["drafter_bytes"] + memory["peak_kv_cache_bytes"]
+    )
+    record = drafter.record
+    return {
+        "version": REPORT_VERSION,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "checkpoint": {
+            "path": str(drafter.folder),
+            "sha256": checkpoint_hash(drafter.folder),
+            "family": record["family"],
+            "training": record.get("training", {}),
+        },
+        "target": {
+            "name": target_name,
+            "fingerprint": TargetAdapter(target, tokenizer).fingerprint().to_dict(),
+        },
+        "config": asdict(config),
+        "serving": {
+            "proposal": drafter.proposal,
+            "num_speculative_tokens": drafter.num_speculative_tokens,
+            "tree": asdict(config.tree) if config.tree else None,
+        },
+        "categories": sorted({p.category for p in prompts[1:]}),
+        "results": results,
+        "memory": memory,
+        "seconds": time.perf_counter() - started,
+        **environment(),
+    }
+
+
+def headline(report: dict[str, Any]) -> dict[str, Any]:
+    """The batch-1 numbers per temperature: tau, speedup, identity (for cards and the index)."""
+    out = {}
+    for result in report["results"]:
+        if result["batch_size"] != 1:
+            continue
+        key = f"T={result['temperature']:g}"
+        out[key] = {
+            "tau": round(result["tau"], 3),
+            "speedup": round(result["speedup"]["mean"], 3),
+        }
+        if "greedy_identity" in result:
+            out[key]["greedy_identity_rate"] = result["greedy_identity"]["rate"]
+    return out
+
+
+def summary_text(report: dict[str, Any]) -> str:
+    """The human summary of a report."""
+    ck, cfg = report["checkpoint"], report["config"]
+    lines = [
+        f"drafter   {ck['path']}  ({ck['family']}, sha256 {ck['sha256'][:16]})",
+        f"target    {report['target']['name']}",
+        f"prompts   {', '.join(cfg['prompt_sets'])}: {report['results'][0]['prompts']} "
+        f"(+1 warm-up), {cfg['max_new_tokens']} new tokens, {cfg['repeats']} repeat(s)",
+        f"proposal  {report['serving']['proposal']}, {report['serving']['num_speculative_tokens']}"
+        f" tokens deep",
+        "",
+        f"{'T':>4} {'batch':>5} {'tau':>6} {'target tok/s':>13} {'spec tok/s':>11} "
+        f"{'speedup':>14} {'draft/verify ms':>16} {'identity':>9}",
+    ]
+    for r in report["results"]:
+        s = r["speedup"]
+        spread = f"{s['mean']:.2f}x±{s['std']:.2f}"
+        ident = r.get("greedy_identity")
+        shown = f"{ident['identical']}/{ident['decodes']}" if ident else "-"
+        lines.append(
+            f"{r['temperature']:>4g} {r['batch_size']:>5} {r['tau']:>6.2f} "
+            f"{r['tokens_per_second']['target']:>13.1f} "
+            f"{r['tokens_per_second']['speculative']:>11.1f} {spread:>14} "
+            f"{r['draft_ms_per_round']:>7.2f}/{r['verify_ms_per_round']:<8.2f} {shown:>9}"
+        )
+    lines.append("")
+    for r in report["results"]:
+        if r["batch_size"] == 1:
+            cats = ", ".join(f"{n} {c['tau']:.2f}" for n, c in sorted(r["categories"].items()))
+            accept = " ".join(f"{a:.2f}" for a in r["acceptance_per_position"])
+            lines.append(f"T={r['temperature']:g}: tau per category: {cats}")
+            lines.append(f"T={r['temperature']:g}: acceptance per position: {accept}")
+    m = report["memory"]
+    lines.append(
+        f"memory: target {m['target_bytes'] / 2**20:.1f} MiB + drafter "
+        f"{m['drafter_bytes'] / 2**20:.1f} MiB + peak KV caches "
+        f"{m['peak_kv_cache_bytes'] / 2**20:.2f} MiB; process peak RSS "
+        f"{m['process_peak_rss_bytes'] / 2**20:.0f} MiB"
+    )
+    return "\n".join(lines) + "\n"
+
+
+def write_report(report: dict[str, Any], output_dir: Path) -> Path:
+    """report.json and summary.txt in `output_dir` (each written whole, then renamed)."""
+    output_dir = Path(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    for name, text in (
+        (REPORT_FILE, json.dumps(report, indent=1) + "\n"),
+        (SUMMARY_FILE, summary_text(report)),
+    ):
+        tmp = output_dir / (name + ".tmp")
+        tmp.write_text(text)
+        os.replace(tmp, output_dir / name)
+    return output_dir / REPORT_FILE

@@ -1,0 +1,181 @@
+"""Loading a drafter — by zoo name or folder — into a ready speculative generator.
+
+    import draftzoo
+    generator = draftzoo.load("eagle3-testbed-small")          # its target from the record
+    generator = draftzoo.load("runs/my-drafter", target="meta-llama/Llama-3.1-8B-Instruct")
+    print(generator.generate("def fib(n):").text)
+
+The drafter's target fingerprint (architecture, hidden size, layers, vocabulary, tokenizer) is
+checked against the target before anything runs; a mismatch is refused naming both sides.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib.resources import files
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..architectures.drafter_io import DrafterError, read_drafter_record
+from ..architectures.target import FingerprintMismatchError, TargetAdapter
+from ..architectures.zoo_index import find_in_zoos
+from .eagle import EagleProposer, TreeSettings
+from .generate import SpeculativeGenerator
+from .proposers import DraftModelProposer, Proposer
+
+COMMITTED_TARGET = "testbed-small"
+
+
+@dataclass
+class DrafterRuntime:
+    """A loaded drafter: its module, how it proposes, and where it came from."""
+
+    folder: Path
+    record: dict[str, Any]
+    module: nn.Module  # the drafter's own weights (shared target weights excluded)
+    make_proposer: Callable[[], Proposer]  # one per request (proposers keep per-request state)
+    num_speculative_tokens: int  # chain length, or tree depth
+    proposal: str  # "chain" or "tree"
+
+    @property
+    def family(self) -> str:
+        return self.record["family"]
+
+
+def resolve_drafter(name_or_path: str | Path, zoos: list[Path] | None = None):
+    """(folder, zoo entry or None): a drafter folder as given, else a name in the zoo."""
+    path = Path(name_or_path)
+    if path.is_dir():
+        return path, None
+    return find_in_zoos(str(name_or_path), zoos)
+
+
+def target_location(name_or_path: str) -> str:
+    """A folder or hub name; `testbed-small` is the target shipped with draftzoo."""
+    if name_or_path == COMMITTED_TARGET:
+        return str(Path(str(files("draftzoo.recipes"))) / "testbed" / COMMITTED_TARGET)
+    return name_or_path
+
+
+def load_target(name_or_path: str, dtype: torch.dtype = torch.float32, device=None):
+    """(model, tokenizer) of a target by folder or hub name, in eval mode."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    location = target_location(name_or_path)
+    tokenizer = AutoTokenizer.from_pretrained(location)
+    model = AutoModelForCausalLM.from_pretrained(location, dtype=dtype)
+    if device is not None:
+        model = model.to(device)
+    return model.eval(), tokenizer
+
+
+def recorded_target(record: dict[str, Any]) -> str:
+    """The target a drafter was trained for, as its recipe names it."""
+    return str(record.get("recipe", {}).get("target", {}).get("path") or COMMITTED_TARGET)
+
+
+def load_drafter(
+    folder: Path,
+    target,
+    tokenizer,
+    proposal: str = "chain",
+    num_speculative_tokens: int = 4,
+    tree: TreeSettings | None = None,
+) -> DrafterRuntime:
+    """A drafter folder loaded for `target` (a transformers causal LM), fingerprint-checked."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder = Path(folder)
+    record = read_drafter_record(folder)
+    family = record["family"]
+    if proposal not in ("chain", "tree"):
+        raise ValueError(f"proposal must be 'chain' or 'tree', got {proposal!r}")
+    if proposal == "tree" and family not in ("eagle1", "eagle3"):
+        raise ValueError(f"a {family} drafter drafts chains only; trees need an EAGLE drafter")
+    adapter = TargetAdapter(target, tokenizer)
+    try:
+        if family == "draft_lm":
+            from ..architectures.drafter_io import check_drafter_target
+
+            check_drafter_target(folder, adapter.fingerprint())
+            device = next(target.parameters()).device
+            draft = AutoModelForCausalLM.from_pretrained(folder, dtype=target.dtype).to(device)
+            draft_tokenizer = AutoTokenizer.from_pretrained(folder)
+            draft.eval()
+            DraftModelProposer(draft, draft_tokenizer, tokenizer)  # vocabulary check, once
+
+            def make() -> Proposer:
+                return DraftModelProposer(draft, None, None)
+
+            module = draft
+        elif family in ("eagle1", "eagle3"):
+            chain = EagleProposer.from_pretrained(folder, target, tokenizer)
+            drafter = chain.drafter
+            settings = (tree or TreeSettings()) if proposal == "tree" else None
+
+            def make() -> Proposer:
+                return EagleProposer(drafter, settings)
+
+            module = drafter
+            if proposal == "tree":
+                num_speculative_tokens = settings.depth
+        else:
+            raise DrafterError(f"{folder}: unknown drafter family {family!r}")
+    except FingerprintMismatchError as err:
+        given = getattr(target.config, "_name_or_path", "") or type(target).__name__
+        raise FingerprintMismatchError(
+            f"drafter {folder} was trained for target {recorded_target(record)!r}, "
+            f"not for {given!r}: {err}"
+        ) from err
+    return DrafterRuntime(folder, record, module, make, num_speculative_tokens, proposal)
+
+
+def load(
+    name_or_path: str | Path,
+    target=None,
+    tokenizer=None,
+    *,
+    proposal: str | None = None,
+    num_speculative_tokens: int | None = None,
+    tree: TreeSettings | None = None,
+    dtype: torch.dtype = torch.float32,
+    device=None,
+    zoos: list[Path] | None = None,
+) -> SpeculativeGenerator:
+    """A `SpeculativeGenerator` for a published drafter (zoo name) or a drafter folder.
+
+    `target`: a transformers causal LM, or its folder / hub name; None loads the target the
+    drafter was trained for. `proposal` / `num_speculative_tokens` / `tree` default to the
+    settings the drafter's published evaluation used (chain of 4 when unpublished).
+    """
+    folder, entry = resolve_drafter(name_or_path, zoos)
+    record = read_drafter_record(folder)
+    serving = (entry or {}).get("serving", {})
+    if target is None or isinstance(target, str | Path):
+        target, loaded_tokenizer = load_target(
+            str(target or recorded_target(record)), dtype, device
+        )
+        tokenizer = tokenizer or loaded_tokenizer
+    elif tokenizer is None:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(target.config._name_or_path)
+    if tree is None and serving.get("tree"):
+        tree = TreeSettings(**serving["tree"])
+    runtime = load_drafter(
+        folder,
+        target,
+        tokenizer,
+        proposal or serving.get("proposal", "chain"),
+        num_speculative_tokens or serving.get("num_speculative_tokens", 4),
+        tree,
+    )
+    generator = SpeculativeGenerator(
+        target, tokenizer, runtime.make_proposer(), runtime.num_speculative_tokens
+    )
+    generator.drafter = runtime
+    return generator

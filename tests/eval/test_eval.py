@@ -1,0 +1,120 @@
+"""`draftzoo eval` on real tiny drafters: the report's numbers, identity, plots, prompt sets."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+
+import pytest
+
+from draftzoo.data.prompts import PromptSetError, load_prompt_set
+from draftzoo.eval.plots import crossover, plot_report
+from draftzoo.eval.runner import EvalConfig, evaluate, summary_text, write_report
+from draftzoo.inference.load import load_drafter
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def question_file(path: Path) -> Path:
+    """An MT-bench-format file whose questions are real HumanEval prompts, two categories."""
+    prompts = load_prompt_set("humaneval")[:4]
+    rows = [
+        {"question_id": i, "category": "even" if i % 2 == 0 else "odd", "turns": [p.text, "more"]}
+        for i, p in enumerate(prompts)
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+@pytest.fixture(scope="module")
+def eagle3_report(tiny_drafters, tiny_target_model, tmp_path_factory):
+    model, tokenizer, path = tiny_target_model
+    drafter = load_drafter(tiny_drafters["eagle3"], model, tokenizer, "chain", 3)
+    questions = question_file(tmp_path_factory.mktemp("q") / "question.jsonl")
+    config = EvalConfig(
+        prompt_sets=(str(questions),),
+        max_prompts=3,
+        max_new_tokens=16,
+        temperatures=(0.0, 1.0),
+        batch_sizes=(1, 2),
+        repeats=2,
+    )
+    return evaluate(model, tokenizer, drafter, config, str(path), show_progress=False)
+
+
+def test_report_numbers_are_consistent(eagle3_report, tiny_drafters):
+    from draftzoo.architectures.drafter_io import checkpoint_hash
+
+    report = eagle3_report
+    assert report["checkpoint"]["sha256"] == checkpoint_hash(tiny_drafters["eagle3"])
+    assert report["categories"] == ["even", "odd"]
+    assert [(r["temperature"], r["batch_size"]) for r in report["results"]] == [
+        (0.0, 1),
+        (0.0, 2),
+        (1.0, 1),
+        (1.0, 2),
+    ]
+    for result in report["results"]:
+        assert result["prompts"] == 3
+        assert 1.0 <= result["tau"] <= 4.0  # chain of 3 + the bonus token
+        assert len(result["speedup"]["per_repeat"]) == 2
+        assert result["speedup"]["min"] <= result["speedup"]["mean"] <= result["speedup"]["max"]
+        assert all(0.0 <= a <= 1.0 for a in result["acceptance_per_position"])
+        # acceptance of position k+1 needs position k accepted
+        accept = result["acceptance_per_position"]
+        assert all(a >= b for a, b in itertools.pairwise(accept))
+        per_prompt = result["per_prompt"]
+        assert [p["id"] for p in per_prompt] == ["1", "2", "3"]  # question 0 is the warm-up
+        if result["temperature"] == 0:
+            identity = result["greedy_identity"]
+            assert identity == {
+                "identical": 6,
+                "decodes": 6,
+                "rate": 1.0,
+                "reference": "target-only at the same batch size",
+            }
+        else:
+            assert "greedy_identity" not in result
+    at_batch_one = report["results"][0]
+    tokens = sum(p["tokens"] for p in at_batch_one["per_prompt"])
+    forwards = sum(p["forwards"] for p in at_batch_one["per_prompt"])
+    assert at_batch_one["tau"] == pytest.approx(tokens / forwards)  # greedy: repeats agree
+    memory = report["memory"]
+    assert memory["target_bytes"] > memory["drafter_bytes"] > 0
+    assert memory["peak_kv_cache_bytes"] > 0
+    assert report["versions"]["torch"] and report["hardware"]["cpu_count"]
+
+
+def test_report_files_and_plots(eagle3_report, tmp_path):
+    path = write_report(eagle3_report, tmp_path)
+    assert json.loads(path.read_text()) == json.loads(json.dumps(eagle3_report))
+    assert "tau" in (tmp_path / "summary.txt").read_text()
+    assert summary_text(eagle3_report).count("\n") > 8
+    written = plot_report(eagle3_report, tmp_path)
+    assert [p.name for p in written] == ["acceptance.png", "categories.png", "batch.png"]
+    assert all(p.read_bytes().startswith(PNG) for p in written)
+
+
+def test_crossover_is_the_first_batch_size_that_loses():
+    assert crossover([(1, 1.8), (2, 1.5), (8, 1.04), (16, 0.97)]) == 16
+    assert crossover([(1, 1.2), (4, 1.1)]) is None
+
+
+def test_question_files_and_their_errors(tmp_path):
+    prompts = load_prompt_set(str(question_file(tmp_path / "q.jsonl")))
+    assert [p.category for p in prompts] == ["even", "odd", "even", "odd"]
+    assert prompts[0].instruction == ""  # the question is the whole user turn
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"turns": ["ok"]}\n{"category": "x"}\n')
+    with pytest.raises(PromptSetError, match=r"bad.jsonl:2: expected a JSON object with 'turns'"):
+        load_prompt_set(str(bad))
+    with pytest.raises(PromptSetError, match="does not exist"):
+        load_prompt_set(str(tmp_path / "missing.jsonl"))
+
+
+def test_config_rejects_contradictions():
+    with pytest.raises(ValueError, match="proposal"):
+        EvalConfig(proposal="beam")
+    with pytest.raises(ValueError, match="batch sizes"):
+        EvalConfig(batch_sizes=(0,))

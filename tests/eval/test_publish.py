@@ -1,0 +1,144 @@
+"""Publish and load: the report gate, the model card, the zoo index, `draftzoo.load`, and a
+publish that fails midway leaving the zoo as it was."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+import draftzoo
+from draftzoo.architectures.target import FingerprintMismatchError
+from draftzoo.architectures.zoo_index import ZooError, ZooIndex, find_in_zoos
+from draftzoo.eval import publish as publish_module
+from draftzoo.eval.publish import PublishError, publish
+from draftzoo.eval.runner import EvalConfig, evaluate, write_report
+from draftzoo.inference.generate import SpeculativeGenerator
+from draftzoo.inference.load import load_drafter
+from draftzoo.inference.sampling import SamplingParams
+
+
+@pytest.fixture(scope="module")
+def measured(tiny_drafters, tiny_target_model, tmp_path_factory):
+    """{family: (drafter folder, report path)}: every tiny drafter evaluated (greedy, 2 prompts)."""
+    model, tokenizer, path = tiny_target_model
+    root = tmp_path_factory.mktemp("reports")
+    out = {}
+    for family, folder in tiny_drafters.items():
+        drafter = load_drafter(folder, model, tokenizer, "chain", 3)
+        config = EvalConfig(max_prompts=2, max_new_tokens=16, temperatures=(0.0,))
+        report = evaluate(model, tokenizer, drafter, config, str(path), show_progress=False)
+        out[family] = (folder, write_report(report, root / family))
+    return out
+
+
+def copy_drafter(folder: Path, to: Path) -> Path:
+    shutil.copytree(folder, to)
+    return to
+
+
+def test_publish_writes_card_index_and_loads_back(measured, tiny_target_model, tmp_path):
+    zoo = tmp_path / "zoo"
+    model, tokenizer, _ = tiny_target_model
+    for family, (folder, report) in measured.items():
+        published = publish(folder, report, zoo, f"tiny-{family}")
+        card = (published / "README.md").read_text()
+        front = yaml.safe_load(card.split("---\n")[1])
+        assert front["library_name"] == "draftzoo"
+        assert front["base_model"] == str(tiny_target_model[2])
+        assert family.replace("_", "-") in front["tags"]
+        metrics = front["model-index"][0]["results"][0]["metrics"]
+        measured_tau = json.loads(report.read_text())["results"][0]["tau"]
+        assert metrics[0] == {
+            "type": "mean_acceptance_length",
+            "value": round(measured_tau, 3),
+            "name": "tau (T=0, batch 1)",
+        }
+        assert "draftzoo eval DRAFTER" in card and "draftzoo train recipe.yaml" in card
+        assert (published / "acceptance.png").is_file() and (published / "report.json").is_file()
+
+        generator = draftzoo.load(f"tiny-{family}", model, tokenizer, zoos=[zoo])
+        assert generator.drafter.family == family
+        plain = SpeculativeGenerator(model, tokenizer)
+        params = SamplingParams(max_new_tokens=16)
+        out = generator.generate("def add(a, b):", params)
+        assert out.token_ids == plain.generate("def add(a, b):", params).token_ids
+    entries = ZooIndex(zoo).entries()
+    assert sorted(entries) == ["tiny-draft_lm", "tiny-eagle1", "tiny-eagle3"]
+    assert entries["tiny-eagle3"]["metrics"]["T=0"]["greedy_identity_rate"] == 1.0
+    assert entries["tiny-eagle3"]["target"]["hidden_size"] == model.config.hidden_size
+
+
+def test_load_reproduces_the_reports_tau(measured, tiny_target_model, tmp_path):
+    """Greedy decoding is deterministic, so the published per-prompt counts come back exactly."""
+    from draftzoo.data.prompts import load_prompt_set
+
+    model, tokenizer, _ = tiny_target_model
+    folder, report_path = measured["eagle3"]
+    publish(folder, report_path, tmp_path / "zoo", "tiny-eagle3")
+    generator = draftzoo.load("tiny-eagle3", model, tokenizer, zoos=[tmp_path / "zoo"])
+    report = json.loads(report_path.read_text())
+    prompts = {p.prompt_id: p for p in load_prompt_set("humaneval")}
+    for row in report["results"][0]["per_prompt"]:
+        text = prompts[row["id"]].render(tokenizer, chat=True)
+        out = generator.generate(text, SamplingParams(max_new_tokens=16))
+        assert (len(out.token_ids), out.metrics.num_target_forwards) == (
+            row["tokens"],
+            row["forwards"],
+        )
+
+
+def test_publish_refuses_what_is_not_measured(measured, tmp_path):
+    folder, report = measured["eagle3"]
+    zoo = tmp_path / "zoo"
+    with pytest.raises(PublishError, match="no eval report"):
+        publish(folder, None, zoo)
+    _, other_report = measured["eagle1"]
+    with pytest.raises(PublishError, match="evaluate this checkpoint before publishing"):
+        publish(folder, other_report, zoo)
+    corrupt = copy_drafter(folder, tmp_path / "corrupt")
+    weights = corrupt / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-64])
+    with pytest.raises(PublishError, match="corrupt"):
+        publish(corrupt, report, zoo)
+    assert not zoo.exists() or ZooIndex(zoo).entries() == {}
+
+
+def test_failed_publish_leaves_the_zoo_as_it_was(measured, tmp_path, monkeypatch):
+    zoo = tmp_path / "zoo"
+    folder, report = measured["eagle1"]
+    publish(folder, report, zoo, "kept")
+    before = (zoo / "index.json").read_bytes()
+
+    def broken_card(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(publish_module, "render_card", broken_card)
+    folder3, report3 = measured["eagle3"]
+    with pytest.raises(OSError, match="disk full"):
+        publish(folder3, report3, zoo, "new-one")
+    with pytest.raises(OSError, match="disk full"):
+        publish(folder, report, zoo, "kept", overwrite=True)
+    assert (zoo / "index.json").read_bytes() == before
+    assert sorted(p.name for p in zoo.iterdir()) == [".lock", "index.json", "kept"]
+    assert (zoo / "kept" / "README.md").is_file()
+
+
+def test_unknown_names_list_the_close_ones(measured, tmp_path):
+    zoo = tmp_path / "zoo"
+    folder, report = measured["eagle3"]
+    publish(folder, report, zoo, "eagle3-testbed-tiny")
+    with pytest.raises(ZooError, match="did you mean: eagle3-testbed-tiny"):
+        find_in_zoos("eagle3-testbed-tiyn", [zoo])
+    with pytest.raises(ZooError, match="no drafter named 'medusa'"):
+        find_in_zoos("medusa", [zoo])
+
+
+def test_load_refuses_another_target(measured, tmp_path):
+    """A drafter for testbed-tiny on the committed testbed-small: both sides named."""
+    folder, _ = measured["eagle3"]
+    with pytest.raises(FingerprintMismatchError, match=r"trained for target .*testbed-tiny.*"):
+        draftzoo.load(folder, "testbed-small")

@@ -1,0 +1,46 @@
+"""The zoo shipped with draftzoo: every entry is whole, measured, and loads back to its numbers."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import draftzoo
+from draftzoo.architectures.drafter_io import checkpoint_hash
+from draftzoo.architectures.zoo_index import ZooIndex, builtin_zoo_dir
+from draftzoo.data.prompts import load_prompt_set
+from draftzoo.inference.sampling import SamplingParams
+
+ENTRIES = ZooIndex(builtin_zoo_dir()).entries()
+
+
+def test_the_shipped_zoo_lists_every_testbed_family():
+    assert {e["family"] for e in ENTRIES.values()} == {"draft_lm", "eagle1", "eagle3"}
+
+
+@pytest.mark.parametrize("name", sorted(ENTRIES))
+def test_entry_is_whole_and_loads_back_to_its_card(name):
+    entry = ENTRIES[name]
+    folder = ZooIndex(builtin_zoo_dir()).folder(name)
+    assert checkpoint_hash(folder) == entry["checkpoint_hash"]
+    report = json.loads((folder / "report.json").read_text())
+    assert report["checkpoint"]["sha256"] == entry["checkpoint_hash"]
+    card = (folder / "README.md").read_text()
+    assert card.startswith("---\n") and name in card
+
+    generator = draftzoo.load(name)
+    greedy = next(r for r in report["results"] if r["temperature"] == 0 and r["batch_size"] == 1)
+    assert greedy["greedy_identity"]["rate"] == 1.0
+    prompts = {p.prompt_id: p for p in load_prompt_set("humaneval")}
+    rows = [row for row in greedy["per_prompt"] if row["id"] in prompts][:2]
+    tokens = forwards = 0
+    for row in rows:
+        text = prompts[row["id"]].render(generator.tokenizer, chat=report["config"]["chat"])
+        params = SamplingParams(max_new_tokens=report["config"]["max_new_tokens"])
+        out = generator.generate(text, params)
+        tokens += len(out.token_ids)
+        forwards += out.metrics.num_target_forwards
+    card_tau = sum(r["tokens"] for r in rows) / sum(r["forwards"] for r in rows)
+    # greedy decoding repeats itself on the same machine; allow for another CPU's float order
+    assert tokens / forwards == pytest.approx(card_tau, rel=0.1)
