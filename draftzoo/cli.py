@@ -332,7 +332,7 @@ def _export(args: argparse.Namespace) -> int:
     return 0
 
 
-DEMO_PROMPT = 'def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n'
+DEMO_PROMPT = 'def is_palindrome(text: str) -> bool:\n    """Return True if text reads the same backwards."""\n'
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -368,8 +368,11 @@ def _demo(args: argparse.Namespace) -> int:
     print("[4/5] load it back by name", flush=True)
     generator = load("eagle3-demo", zoos=[zoo])
     print("[5/5] generate", flush=True)
-    output = generator.generate(DEMO_PROMPT, SamplingParams(max_new_tokens=64))
-    print(DEMO_PROMPT + output.text)
+    from draftzoo.data.prompts import Prompt
+
+    prompt = Prompt("demo", DEMO_PROMPT, "demo").render(generator.tokenizer, chat=True)
+    output = generator.generate(prompt, SamplingParams(max_new_tokens=96))
+    print(prompt + output.text)
     metrics = output.metrics
     print(f"--- this generation: tau {metrics.mean_acceptance_length:.2f}")
     for result_row in report["results"]:
@@ -618,7 +621,7 @@ def _add_zoo_commands(commands) -> None:
         "training on two CPU cores; prints tau and speedup.",
     )
     demo.add_argument("--output-dir", default="runs/demo")
-    demo.add_argument("--steps", type=int, default=120, help="training steps")
+    demo.add_argument("--steps", type=int, default=600, help="training steps")
     demo.add_argument("--prompts", type=int, default=10, help="HumanEval prompts to measure on")
     demo.set_defaults(func=_demo)
 
