@@ -332,7 +332,10 @@ def _export(args: argparse.Namespace) -> int:
     return 0
 
 
-DEMO_PROMPT = 'def is_palindrome(text: str) -> bool:\n    """Return True if text reads the same backwards."""\n'
+DEMO_PROMPT = (
+    "def is_palindrome(text: str) -> bool:\n"
+    '    """Return True if text reads the same backwards."""\n'
+)
 
 
 def _demo(args: argparse.Namespace) -> int:
