@@ -44,3 +44,22 @@ def test_entry_is_whole_and_loads_back_to_its_card(name):
     card_tau = sum(r["tokens"] for r in rows) / sum(r["forwards"] for r in rows)
     # greedy decoding repeats itself on the same machine; allow for another CPU's float order
     assert tokens / forwards == pytest.approx(card_tau, rel=0.1)
+
+
+def test_published_draft_lm_serves_as_transformers_assistant(tmp_path):
+    """The shipped draft LM, exported as a plain checkpoint, is accepted by transformers'
+    assisted generation and keeps the target's greedy output."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from draftzoo.architectures.export import export_drafter
+    from draftzoo.inference.load import load_target
+
+    folder = ZooIndex(builtin_zoo_dir()).folder("draft-lm-testbed-small")
+    draft = AutoModelForCausalLM.from_pretrained(export_drafter(folder, tmp_path / "hf", "hf"))
+    target, tokenizer = load_target("testbed-small")
+    text = load_prompt_set("humaneval")[0].render(tokenizer, chat=True)
+    ids = tokenizer(text, return_tensors="pt", add_special_tokens=False).input_ids
+    plain = target.generate(ids, max_new_tokens=48, do_sample=False)
+    assisted = target.generate(ids, max_new_tokens=48, do_sample=False, assistant_model=draft)
+    assert torch.equal(plain, assisted)
