@@ -349,7 +349,7 @@ def evaluate(
     memory = {
         "target_bytes": _module_bytes(target),
         "drafter_bytes": _module_bytes(drafter.module),
-        "peak_kv_cache_bytes": evaluation.peak_cache_bytes,
+        "peak_kv_cache_bytes": evaluation.peak_cache_bytes,  # measured in batch-1 decodes
         "process_peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         "cuda_peak_allocated_bytes": (
             torch.cuda.max_memory_allocated() if torch.cuda.is_available() else None

@@ -38,7 +38,7 @@ class GenerationMetrics:
     prefill_seconds: float = 0.0
     total_seconds: float = 0.0
     #: largest target KV cache (after a verification forward, tree nodes included) plus the
-    #: proposer's own cache in the same round
+    #: proposer's own cache as it stands then (its real entries; drafts are already cropped)
     peak_cache_bytes: int = 0
 
     @property
