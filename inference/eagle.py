@@ -249,21 +249,29 @@ class EagleProposer:
     ) -> list[int]:
         """Draw up to k children of `parent` from q (draft vocabulary) without replacement;
         child i records q_i (q without the earlier siblings, renormalised) over the target
-        vocabulary."""
-        vocab = self.drafter.fields["vocab_size"]
+        vocabulary.
+
+        One Gumbel-top-k draw: the order of the k largest log q + Gumbel keys is distributed as
+        k sequential draws without replacement (Kool et al., 2019)."""
+        k = min(k, int((q > 0).sum()))
+        if k == 0:
+            return []
+        uniform = torch.rand(q.shape, generator=generator, device=q.device).clamp_min(1e-20)
+        order = (q.log() - (-uniform.log()).log()).topk(k).indices  # draft ids, draw order
+        taken = q[order]
+        q_rows = q.expand(k, -1).clone()
+        earlier = torch.ones(k, k, dtype=torch.bool, device=q.device).tril(-1)
+        rows, cols = earlier.nonzero(as_tuple=True)
+        q_rows[rows, order[cols]] = 0.0
+        q_rows /= q_rows.sum(-1, keepdim=True)
         to_target = self.drafter.to_target_ids(torch.arange(len(q), device=q.device))
-        remaining = q.clone()
+        full = q_rows.new_zeros(k, self.drafter.fields["vocab_size"])
+        full[:, to_target] = q_rows
         first = len(tokens)
-        for _ in range(min(k, int((q > 0).sum()))):
-            q_i = remaining / remaining.sum()
-            draft_id = sample(q_i, generator)
-            full = torch.zeros(vocab, dtype=q_i.dtype, device=q_i.device)
-            full[to_target] = q_i
-            tokens.append(int(to_target[draft_id]))
-            parents.append(parent)
-            scores.append(parent_score + float(torch.log(q[draft_id])))
-            probs.append(full)
-            remaining[draft_id] = 0.0
+        tokens += to_target[order].tolist()
+        parents += [parent] * k
+        scores += (parent_score + taken.log()).tolist()
+        probs += list(full)
         return list(range(first, len(tokens)))
 
     def _children(self, logp, parent, parent_score, tokens, parents, scores, k) -> list[int]:
