@@ -131,7 +131,7 @@ def _eagle3(config, record, tensors, fmt: str, verifier: str, speculative_tokens
         "target_hidden_size": config["target_hidden_size"],
         "norm_before_residual": False,  # the residual is the fused state before hidden_norm
     }
-    weights = {k: v for k, v in tensors.items()}
+    weights = dict(tensors)
     weights["d2t"] = weights["d2t"].to(torch.int64)
     weights["t2d"] = weights["t2d"].to(torch.bool)
     if fmt == "speculators":

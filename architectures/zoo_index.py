@@ -110,7 +110,7 @@ def find_in_zoos(name: str, zoos: list[Path] | None = None) -> tuple[Path, dict[
         index = ZooIndex(root)
         entries = index.entries()
         if name in entries:
-            return index.folder(name), entries[name]
+            return (index.root / entries[name]["files"]).resolve(), entries[name]
         known += list(entries)
     near = close_names(name, known)
     hint = f"; did you mean: {', '.join(near)}?" if near else ""

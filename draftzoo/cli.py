@@ -386,6 +386,19 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_tree_options(parser: argparse.ArgumentParser) -> None:
+    """The EAGLE tree budget (`TreeSettings`), for --tree."""
+    parser.add_argument("--tree-top-k", type=int, default=10, help="EAGLE-2: children per node")
+    parser.add_argument("--tree-depth", type=int, default=6, help="EAGLE-2: maximum depth")
+    parser.add_argument("--tree-tokens", type=int, default=60, help="EAGLE-2: draft tokens kept")
+    parser.add_argument(
+        "--tree-sampled-children",
+        type=int,
+        default=3,
+        help="T > 0 trees: children sampled (without replacement) per expanded node",
+    )
+
+
 def _add_overrides(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--set",
@@ -456,15 +469,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="EAGLE: draft EAGLE-2 dynamic trees instead of chains (--num-speculative-tokens "
         "then caps the tree depth)",
     )
-    gen.add_argument("--tree-top-k", type=int, default=10, help="EAGLE-2: children per node")
-    gen.add_argument("--tree-depth", type=int, default=6, help="EAGLE-2: maximum depth")
-    gen.add_argument("--tree-tokens", type=int, default=60, help="EAGLE-2: draft tokens kept")
-    gen.add_argument(
-        "--tree-sampled-children",
-        type=int,
-        default=3,
-        help="T > 0 trees: children sampled (without replacement) per expanded node",
-    )
+    _add_tree_options(gen)
     gen.add_argument("--min-ngram", type=int, default=1, help="prompt lookup: shortest n-gram")
     gen.add_argument("--max-ngram", type=int, default=3, help="prompt lookup: longest n-gram")
     gen.add_argument("--prompt", required=True, help="the prompt text")
@@ -565,12 +570,7 @@ def _add_zoo_commands(commands) -> None:
     ev.add_argument("--batch-sizes", type=int, nargs="+", default=[1])
     ev.add_argument("--repeats", type=int, default=1, help="reruns, for the speedup's spread")
     ev.add_argument("--tree", action="store_true", help="EAGLE: EAGLE-2 dynamic trees")
-    ev.add_argument("--tree-top-k", type=int, default=10)
-    ev.add_argument("--tree-depth", type=int, default=6)
-    ev.add_argument("--tree-tokens", type=int, default=60)
-    ev.add_argument(
-        "--tree-sampled-children", type=int, default=3, help="T > 0 trees: children per node"
-    )
+    _add_tree_options(ev)
     ev.add_argument("--num-speculative-tokens", type=int, default=4, help="chain length")
     ev.add_argument("--raw", action="store_true", help="prompts as plain text, no chat template")
     ev.add_argument("--seed", type=int, default=0)

@@ -12,6 +12,8 @@ from typing import Any
 
 import yaml
 
+from .runner import batch_one_breakdown
+
 FAMILY_NAMES = {"draft_lm": "draft LM", "eagle1": "EAGLE-1", "eagle3": "EAGLE-3"}
 
 
@@ -144,14 +146,9 @@ def render_card(
         *_results_table(report),
         "",
     ]
-    for r in report["results"]:
-        if r["batch_size"] != 1:
-            continue
-        cats = ", ".join(f"{n}: {c['tau']:.2f}" for n, c in sorted(r["categories"].items()))
-        accept = ", ".join(f"{a:.2f}" for a in r["acceptance_per_position"])
+    for temperature, cats, accept in batch_one_breakdown(report):
         lines.append(
-            f"- T={r['temperature']:g}: tau per category — {cats}; acceptance per "
-            f"position — {accept}"
+            f"- T={temperature:g}: tau per category — {cats}; acceptance per position — {accept}"
         )
     hw = report["hardware"]
     lines += [

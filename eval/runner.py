@@ -402,6 +402,19 @@ def headline(report: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def batch_one_breakdown(report: dict[str, Any]) -> list[tuple[float, str, str]]:
+    """(temperature, "cat tau, ...", "a1 a2 ...") of every batch-1 result."""
+    return [
+        (
+            r["temperature"],
+            ", ".join(f"{n} {c['tau']:.2f}" for n, c in sorted(r["categories"].items())),
+            " ".join(f"{a:.2f}" for a in r["acceptance_per_position"]),
+        )
+        for r in report["results"]
+        if r["batch_size"] == 1
+    ]
+
+
 def summary_text(report: dict[str, Any]) -> str:
     """The human summary of a report."""
     ck, cfg = report["checkpoint"], report["config"]
@@ -428,12 +441,9 @@ def summary_text(report: dict[str, Any]) -> str:
             f"{r['draft_ms_per_round']:>7.2f}/{r['verify_ms_per_round']:<8.2f} {shown:>9}"
         )
     lines.append("")
-    for r in report["results"]:
-        if r["batch_size"] == 1:
-            cats = ", ".join(f"{n} {c['tau']:.2f}" for n, c in sorted(r["categories"].items()))
-            accept = " ".join(f"{a:.2f}" for a in r["acceptance_per_position"])
-            lines.append(f"T={r['temperature']:g}: tau per category: {cats}")
-            lines.append(f"T={r['temperature']:g}: acceptance per position: {accept}")
+    for temperature, cats, accept in batch_one_breakdown(report):
+        lines.append(f"T={temperature:g}: tau per category: {cats}")
+        lines.append(f"T={temperature:g}: acceptance per position: {accept}")
     m = report["memory"]
     lines.append(
         f"memory: target {m['target_bytes'] / 2**20:.1f} MiB + drafter "

@@ -20,12 +20,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..architectures.drafter_io import DrafterError, read_drafter_record
+from ..architectures.drafter_io import DrafterError, check_drafter_target, read_drafter_record
 from ..architectures.target import FingerprintMismatchError, TargetAdapter
 from ..architectures.zoo_index import find_in_zoos
 from .eagle import EagleProposer, TreeSettings
 from .generate import SpeculativeGenerator
-from .proposers import DraftModelProposer, Proposer
+from .proposers import DraftModelProposer, Proposer, ProposerError, vocabularies_match
 
 COMMITTED_TARGET = "testbed-small"
 
@@ -99,14 +99,12 @@ def load_drafter(
     adapter = TargetAdapter(target, tokenizer)
     try:
         if family == "draft_lm":
-            from ..architectures.drafter_io import check_drafter_target
-
             check_drafter_target(folder, adapter.fingerprint())
+            if not vocabularies_match(AutoTokenizer.from_pretrained(folder), tokenizer):
+                raise ProposerError(f"drafter {folder} does not share the target's tokenizer")
             device = next(target.parameters()).device
             draft = AutoModelForCausalLM.from_pretrained(folder, dtype=target.dtype).to(device)
-            draft_tokenizer = AutoTokenizer.from_pretrained(folder)
             draft.eval()
-            DraftModelProposer(draft, draft_tokenizer, tokenizer)  # vocabulary check, once
 
             def make() -> Proposer:
                 return DraftModelProposer(draft, None, None)
