@@ -13,6 +13,9 @@ EAGLE-1 (chain), EAGLE-3 (chain) and EAGLE-3 with EAGLE-2 dynamic trees. Chains 
 Printed per method: tau, tokens/s, speedup over target-only, milliseconds of drafting and of
 verification per round and their ratio (the cost that separates the speedup from tau), and at
 T = 0 the prompts whose output differs from target-only (the contract is 0).
+
+`--device cuda --static` runs every method (target-only included) on preallocated caches with
+CUDA graphs for the target's forwards and the draft LM's.
 """
 
 from __future__ import annotations
@@ -34,12 +37,15 @@ from draftzoo.train.testbed import committed_testbed_dir
 
 def build_methods(args, target, tokenizer) -> dict[str, SpeculativeGenerator]:
     """One generator per method (None proposer = target-only)."""
-    methods = {"target-only": SpeculativeGenerator(target, tokenizer)}
+    static = {"static_cache": args.static}
+    methods = {"target-only": SpeculativeGenerator(target, tokenizer, **static)}
     if args.draft_lm:
-        draft = AutoModelForCausalLM.from_pretrained(args.draft_lm, dtype=torch.float32).eval()
+        draft = AutoModelForCausalLM.from_pretrained(args.draft_lm, dtype=torch.float32)
         draft_tokenizer = AutoTokenizer.from_pretrained(args.draft_lm)
-        proposer = DraftModelProposer(draft, draft_tokenizer, tokenizer)
-        methods["draft-LM chain"] = SpeculativeGenerator(target, tokenizer, proposer, args.gamma)
+        proposer = DraftModelProposer(draft.to(args.device), draft_tokenizer, tokenizer, **static)
+        methods["draft-LM chain"] = SpeculativeGenerator(
+            target, tokenizer, proposer, args.gamma, **static
+        )
     tree = TreeSettings(
         args.tree_top_k, args.tree_depth, args.tree_tokens, args.tree_sampled_children
     )
@@ -47,11 +53,13 @@ def build_methods(args, target, tokenizer) -> dict[str, SpeculativeGenerator]:
         if not folder:
             continue
         chain = EagleProposer.from_pretrained(folder, target, tokenizer)
-        methods[f"{kind} chain"] = SpeculativeGenerator(target, tokenizer, chain, args.gamma)
+        methods[f"{kind} chain"] = SpeculativeGenerator(
+            target, tokenizer, chain, args.gamma, **static
+        )
         if kind == "EAGLE-3" or args.eagle1_tree:
             trees = EagleProposer(chain.drafter, tree)
             methods[f"{kind} tree"] = SpeculativeGenerator(
-                target, tokenizer, trees, args.tree_depth
+                target, tokenizer, trees, args.tree_depth, **static
             )
     return methods
 
@@ -73,12 +81,17 @@ def main() -> None:
     parser.add_argument("--tree-tokens", type=int, default=60)
     parser.add_argument("--tree-sampled-children", type=int, default=3, help="T > 0 trees")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = default)")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda")
+    parser.add_argument(
+        "--static", action="store_true", help="preallocated caches (CUDA graphs on cuda)"
+    )
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
 
     tokenizer = AutoTokenizer.from_pretrained(args.target)
-    target = AutoModelForCausalLM.from_pretrained(args.target, dtype=torch.float32).eval()
+    target = AutoModelForCausalLM.from_pretrained(args.target, dtype=torch.float32)
+    target = target.to(args.device).eval()
     methods = build_methods(args, target, tokenizer)
     prompts = [p.render(tokenizer, chat=True) for p in load_prompt_set(args.prompt_set)]
     prompts = prompts[: args.prompts + 1]
@@ -88,7 +101,8 @@ def main() -> None:
     )
     print(
         f"{args.prompts} {args.prompt_set} prompts, {args.max_new_tokens} new tokens, batch 1, "
-        f"chain gamma {args.gamma}, trees {tree}, {torch.get_num_threads()} threads"
+        f"chain gamma {args.gamma}, trees {tree}, {torch.get_num_threads()} threads, "
+        f"{args.device}{', static caches' if args.static else ''}"
     )
     for temperature in args.temperatures:
         totals: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))

@@ -13,6 +13,10 @@ tau (tokens per target forward), tokens/s, and the ratios that matter: speculati
 target-only in draftzoo's runtime, and draftzoo over transformers for the same method
 (`generate(prompt_lookup_num_tokens=...)`, `generate(assistant_model=...)`). Greedy outputs are
 compared token for token with draftzoo's target-only output.
+
+On a GPU (`--device cuda --static`), rows marked "static" run draftzoo with preallocated KV
+caches whose decode forwards replay as CUDA graphs (target and draft LM); the others keep the
+growing cache, eager, like transformers' `generate`.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from draftzoo.train.testbed import committed_testbed_dir
 
 
 def _hf_generate(target, tokenizer, prompt, max_new_tokens, **kwargs):
-    ids = tokenizer(prompt, return_tensors="pt").input_ids
+    ids = tokenizer(prompt, return_tensors="pt").input_ids.to(target.device)
     began = time.perf_counter()
     out = target.generate(
         ids,
@@ -54,20 +58,23 @@ def _dz_generate(generator, prompt, params):
 
 def _draft_methods(folder, suffix, target, tokenizer, greedy, eos, args) -> dict:
     """draftzoo (fixed and adaptive gamma) and transformers assisted generation with one draft."""
-    draft = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
-    proposer = DraftModelProposer(draft, AutoTokenizer.from_pretrained(folder), tokenizer)
+
+    def load():
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+        return model.to(args.device).eval()
+
+    draft_tokenizer = AutoTokenizer.from_pretrained(folder)
+    proposer = DraftModelProposer(load(), draft_tokenizer, tokenizer)
+    fixed = SpeculativeGenerator(target, tokenizer, proposer, args.gamma)
+    adaptive = SpeculativeGenerator(target, tokenizer, proposer)
     # transformers' assistant: a second instance, so the two runtimes share no state
-    assistant = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    assistant = load()
     assistant.generation_config.num_assistant_tokens = args.gamma
     assistant.generation_config.num_assistant_tokens_schedule = "constant"
     assistant.generation_config.assistant_confidence_threshold = 0.0
-    return {
-        f"draftzoo draft-LM{suffix}": lambda p: _dz_generate(
-            SpeculativeGenerator(target, tokenizer, proposer, args.gamma), p, greedy
-        ),
-        f"draftzoo draft-LM adaptive{suffix}": lambda p: _dz_generate(
-            SpeculativeGenerator(target, tokenizer, proposer), p, greedy
-        ),
+    methods = {
+        f"draftzoo draft-LM{suffix}": lambda p: _dz_generate(fixed, p, greedy),
+        f"draftzoo draft-LM adaptive{suffix}": lambda p: _dz_generate(adaptive, p, greedy),
         f"transformers draft-LM{suffix}": lambda p: _hf_generate(
             target,
             tokenizer,
@@ -77,6 +84,11 @@ def _draft_methods(folder, suffix, target, tokenizer, greedy, eos, args) -> dict
             assistant_model=assistant,
         ),
     }
+    if args.static:
+        static_proposer = DraftModelProposer(load(), draft_tokenizer, tokenizer, static_cache=True)
+        static = SpeculativeGenerator(target, tokenizer, static_proposer, args.gamma, True)
+        methods[f"draftzoo draft-LM static{suffix}"] = lambda p: _dz_generate(static, p, greedy)
+    return methods
 
 
 def main() -> None:
@@ -106,27 +118,29 @@ def main() -> None:
     )
     parser.add_argument("--prompt-set", default="humaneval", help="humaneval or stdlib-heldout")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = default)")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda")
+    parser.add_argument(
+        "--static",
+        action="store_true",
+        help="add draftzoo rows on preallocated caches (CUDA graphs on cuda)",
+    )
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
 
     tokenizer = AutoTokenizer.from_pretrained(args.target)
-    target = AutoModelForCausalLM.from_pretrained(args.target, dtype=torch.float32).eval()
+    target = AutoModelForCausalLM.from_pretrained(args.target, dtype=torch.float32)
+    target = target.to(args.device).eval()
     greedy = SamplingParams(max_new_tokens=args.max_new_tokens)
+    plain = SpeculativeGenerator(target, tokenizer)
     # transformers stops at EOS too: give both runtimes the same stop tokens
-    eos = SpeculativeGenerator(target, tokenizer).eos_ids
+    eos = plain.eos_ids
+    lookup = SpeculativeGenerator(target, tokenizer, PromptLookupProposer(1, 3), args.gamma)
+    lookup_adaptive = SpeculativeGenerator(target, tokenizer, PromptLookupProposer(1, 3))
     methods = {
-        "draftzoo target-only": lambda p: _dz_generate(
-            SpeculativeGenerator(target, tokenizer), p, greedy
-        ),
-        "draftzoo prompt-lookup": lambda p: _dz_generate(
-            SpeculativeGenerator(target, tokenizer, PromptLookupProposer(1, 3), args.gamma),
-            p,
-            greedy,
-        ),
-        "draftzoo prompt-lookup adaptive": lambda p: _dz_generate(
-            SpeculativeGenerator(target, tokenizer, PromptLookupProposer(1, 3)), p, greedy
-        ),
+        "draftzoo target-only": lambda p: _dz_generate(plain, p, greedy),
+        "draftzoo prompt-lookup": lambda p: _dz_generate(lookup, p, greedy),
+        "draftzoo prompt-lookup adaptive": lambda p: _dz_generate(lookup_adaptive, p, greedy),
         "transformers target-only": lambda p: _hf_generate(
             target, tokenizer, p, args.max_new_tokens, eos_token_id=sorted(eos)
         ),
@@ -140,6 +154,13 @@ def main() -> None:
             max_matching_ngram_size=3,
         ),
     }
+    if args.static:
+        plain_static = SpeculativeGenerator(target, tokenizer, static_cache=True)
+        lookup_static = SpeculativeGenerator(
+            target, tokenizer, PromptLookupProposer(1, 3), args.gamma, static_cache=True
+        )
+        methods["draftzoo target-only static"] = lambda p: _dz_generate(plain_static, p, greedy)
+        methods["draftzoo prompt-lookup static"] = lambda p: _dz_generate(lookup_static, p, greedy)
     for index, folder in enumerate(args.draft):
         suffix = "" if len(args.draft) == 1 else f" [{index}]"
         print(f"draft-LM{suffix}: {folder}")
@@ -175,9 +196,10 @@ def main() -> None:
                     forwards[name] += metrics.num_target_forwards
 
     base = tokens["draftzoo target-only"] / seconds["draftzoo target-only"]
+    device = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
     print(
         f"{args.prompts} {args.prompt_set} prompts, {args.max_new_tokens} new tokens, greedy, "
-        f"gamma {args.gamma}, {torch.get_num_threads()} threads"
+        f"gamma {args.gamma}, {torch.get_num_threads()} threads, {device}"
     )
     print(f"{'method':34} {'tau':>6} {'tok/s':>8} {'vs dz target-only':>18} {'mismatch':>9}")
     for name in methods:
@@ -190,11 +212,20 @@ def main() -> None:
         for name in methods
         if name.startswith("transformers draft")
     ]
+    pairs += [
+        ("draftzoo target-only static", "transformers target-only"),
+        ("draftzoo prompt-lookup static", "transformers prompt-lookup"),
+    ]
+    pairs += [
+        (name, name.replace("draftzoo", "transformers").replace(" static", ""))
+        for name in methods
+        if name.startswith("draftzoo draft-LM static")
+    ]
     for ours, theirs in pairs:
         method = ours.removeprefix("draftzoo ")
         if ours in tokens and theirs in tokens:
             ratio = (tokens[ours] / seconds[ours]) / (tokens[theirs] / seconds[theirs])
-            print(f"draftzoo / transformers, {method}: {ratio:.2f}x")
+            print(f"draftzoo {method} / {theirs}: {ratio:.2f}x")
     if "transformers target-only" in methods:
         hf_rate = tokens["transformers target-only"] / seconds["transformers target-only"]
         print(f"draftzoo / transformers, target-only: {base / hf_rate:.2f}x")

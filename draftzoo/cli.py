@@ -105,13 +105,19 @@ def _generate(args: argparse.Namespace) -> int:
     )
     target_path = args.target or committed_testbed_dir()
     tokenizer = AutoTokenizer.from_pretrained(target_path)
-    target = AutoModelForCausalLM.from_pretrained(target_path, dtype=torch.float32)
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    target = AutoModelForCausalLM.from_pretrained(target_path, dtype=torch.float32).to(device)
     proposer = None
     if args.prompt_lookup:
         proposer = PromptLookupProposer(args.min_ngram, args.max_ngram)
     elif args.draft:
-        draft = AutoModelForCausalLM.from_pretrained(args.draft, dtype=torch.float32)
-        proposer = DraftModelProposer(draft, AutoTokenizer.from_pretrained(args.draft), tokenizer)
+        draft = AutoModelForCausalLM.from_pretrained(args.draft, dtype=torch.float32).to(device)
+        proposer = DraftModelProposer(
+            draft,
+            AutoTokenizer.from_pretrained(args.draft),
+            tokenizer,
+            static_cache=args.static_cache,
+        )
     elif args.eagle:
         from draftzoo.inference.eagle import EagleProposer, TreeSettings
 
@@ -123,7 +129,9 @@ def _generate(args: argparse.Namespace) -> int:
             else None
         )
         proposer = EagleProposer.from_pretrained(args.eagle, target, tokenizer, tree)
-    generator = SpeculativeGenerator(target, tokenizer, proposer, args.num_speculative_tokens)
+    generator = SpeculativeGenerator(
+        target, tokenizer, proposer, args.num_speculative_tokens, static_cache=args.static_cache
+    )
     out = generator.generate(args.prompt, params)
     print(args.prompt + out.text)
     print(f"--- finish: {out.finish_reason}")
@@ -485,6 +493,13 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--top-p", type=float, default=1.0, help="1 = no nucleus cut")
     gen.add_argument("--seed", type=int, help="sampling seed")
     gen.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    gen.add_argument("--device", help="cpu or cuda (default: cuda when available)")
+    gen.add_argument(
+        "--static-cache",
+        action="store_true",
+        help="preallocated KV caches (target and draft LM); on CUDA the decode forwards "
+        "replay as CUDA graphs",
+    )
     gen.set_defaults(func=_generate)
 
     train = commands.add_parser(

@@ -59,7 +59,7 @@ def accept_sampling(
             else:
                 q = proposal.draft_probs[child].float()
             ratio = p[token] / q[token] if q[token] > 0 else torch.tensor(0.0)
-            if torch.rand((), generator=generator) < ratio:
+            if torch.rand((), generator=generator, device=p.device) < ratio:
                 accepted.append(child)
                 slot = child + 1
                 break

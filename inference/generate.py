@@ -20,6 +20,7 @@ from .kv_cache import cache_kwargs, cache_length, cache_nbytes, crop, keep_tail
 from .proposers import Proposer
 from .sampling import SamplingParams
 from .speculation_length import AdaptiveLength
+from .static_forward import StaticForward
 from .tree import Proposal
 
 
@@ -122,9 +123,17 @@ class SpeculativeGenerator:
         tokenizer,
         proposer: Proposer | None = None,
         num_speculative_tokens: int | AdaptiveLength | None = None,
+        static_cache: bool = False,
+        max_cache_length: int = 2048,
+        cuda_graphs: bool | None = None,
     ) -> None:
         """`num_speculative_tokens`: a fixed gamma, or None / an `AdaptiveLength` to choose
-        gamma per round from the request's measured acceptance and draft/verify cost."""
+        gamma per round from the request's measured acceptance and draft/verify cost.
+
+        `static_cache`: keep the target's KV cache in buffers allocated once
+        (`max_cache_length` positions, prompt and new tokens together) instead of a growing
+        `DynamicCache`; on CUDA its decode-sized forwards then run as CUDA graphs
+        (`cuda_graphs`: None = on when the target is on CUDA; see `static_forward.py`)."""
         if isinstance(num_speculative_tokens, int) and num_speculative_tokens < 0:
             raise GenerationError("num_speculative_tokens must be >= 0")
         self.target = target.eval()
@@ -135,6 +144,7 @@ class SpeculativeGenerator:
         )
         self.device = next(target.parameters()).device
         self.max_positions = getattr(target.config, "max_position_embeddings", None)
+        self.static = StaticForward(target, max_cache_length, cuda_graphs) if static_cache else None
         self.eos_ids = self._eos_ids()
         #: set by `draftzoo.load`: the loaded drafter (`inference.load.DrafterRuntime`)
         self.drafter = None
@@ -170,6 +180,14 @@ class SpeculativeGenerator:
         """Generate a continuation of `prompt` (text or token ids)."""
         params = params or SamplingParams()
         prompt_ids = self._encode(prompt)
+        if self.static is not None and len(prompt_ids) + params.max_new_tokens > (
+            self.static.max_length
+        ):
+            raise GenerationError(
+                f"{len(prompt_ids)} prompt tokens + max_new_tokens {params.max_new_tokens} do "
+                f"not fit the static cache's {self.static.max_length} positions "
+                "(raise max_cache_length)"
+            )
         if hasattr(self.proposer, "reset"):
             self.proposer.reset()
         if isinstance(self.speculation, AdaptiveLength):
@@ -184,10 +202,16 @@ class SpeculativeGenerator:
     def _generate(self, prompt_ids, params, generator, metrics, started, captured):
         from transformers import DynamicCache
 
-        cache = DynamicCache()  # filled in place by every forward
+        cache = None if self.static else DynamicCache()  # filled in place by every forward
+        if self.static:
+            self.static.reset()
         if len(prompt_ids) > 1:
             prefill = torch.tensor([prompt_ids[:-1]], device=self.device)
-            self.target(input_ids=prefill, **cache_kwargs(self.target, cache, True))
+            if self.static:
+                self.static.forward(prefill, captured=captured)
+                self.static.commit(list(range(prefill.shape[1])))
+            else:
+                self.target(input_ids=prefill, **cache_kwargs(self.target, cache, True))
             self._observe(captured, slice(None))
         metrics.prefill_seconds = time.perf_counter() - started
 
@@ -198,6 +222,8 @@ class SpeculativeGenerator:
             room = params.max_new_tokens - len(generated)
             if self.max_positions is not None:
                 room = min(room, self.max_positions - len(context))
+            if self.static:
+                room = min(room, self.static.max_length - len(context))
             if room <= 0:
                 finish = "length" if len(generated) >= params.max_new_tokens else "context"
                 break
@@ -252,22 +278,23 @@ class SpeculativeGenerator:
     ) -> list[int]:
         """One target forward over [root, nodes...]; roll the cache to the accepted path."""
         began = time.perf_counter()
-        past = cache_length(cache)
         input_ids = torch.tensor([[root, *proposal.tokens]], device=self.device)
-        kwargs = {}
-        if not proposal.is_chain:
-            depths = torch.tensor([0, *proposal.depths], device=self.device)
-            kwargs["position_ids"] = (past + depths)[None]
-            kwargs["attention_mask"] = _tree_mask(proposal, past, self.target.dtype).to(self.device)
-        out = self.target(input_ids=input_ids, **cache_kwargs(self.target, cache), **kwargs)
-        held = cache_nbytes(cache) + getattr(self.proposer, "cache_nbytes", lambda: 0)()
-        metrics.peak_cache_bytes = max(metrics.peak_cache_bytes, held)
-        accepted, next_token = accept(out.logits[0], proposal, params, generator)
-        if proposal.is_chain:
-            crop(cache, past + 1 + len(accepted))
+        past = self.static.length if self.static else cache_length(cache)
+        if self.static:
+            logits = self._static_verify(input_ids, proposal, captured)
         else:
-            keep_tail(cache, past, [0] + [node + 1 for node in accepted])
-        self._observe(captured, [0] + [node + 1 for node in accepted])
+            logits = self._dynamic_verify(input_ids, proposal, cache, past)
+        held = self._target_cache_bytes(cache) + getattr(self.proposer, "cache_nbytes", lambda: 0)()
+        metrics.peak_cache_bytes = max(metrics.peak_cache_bytes, held)
+        accepted, next_token = accept(logits, proposal, params, generator)
+        kept = [0] + [node + 1 for node in accepted]
+        if self.static:
+            self.static.commit(kept)
+        elif proposal.is_chain:
+            crop(cache, past + len(kept))
+        else:
+            keep_tail(cache, past, kept)
+        self._observe(captured, kept)
         metrics.verify_seconds += time.perf_counter() - began
         metrics.num_target_forwards += 1
         metrics.num_accepted_tokens += len(accepted)
@@ -278,6 +305,28 @@ class SpeculativeGenerator:
             for k in range(depth):
                 per_pos[k] += 1
         return [proposal.tokens[node] for node in accepted] + [next_token]
+
+    def _dynamic_verify(self, input_ids, proposal, cache, past) -> torch.Tensor:
+        kwargs = {}
+        if not proposal.is_chain:
+            depths = torch.tensor([0, *proposal.depths], device=self.device)
+            kwargs["position_ids"] = (past + depths)[None]
+            kwargs["attention_mask"] = _tree_mask(proposal, past, self.target.dtype).to(self.device)
+        out = self.target(input_ids=input_ids, **cache_kwargs(self.target, cache), **kwargs)
+        return out.logits[0]
+
+    def _static_verify(self, input_ids, proposal, captured) -> torch.Tensor:
+        if proposal.is_chain:
+            return self.static.forward(input_ids, captured=captured)
+        depths = torch.tensor([0, *proposal.depths], device=self.device)
+        return self.static.forward(input_ids, proposal.ancestor_mask(), depths, captured)
+
+    def _target_cache_bytes(self, cache) -> int:
+        """The target's KV bytes after a verification forward, its nodes included (a static
+        cache: its whole preallocated buffers)."""
+        if self.static:
+            return self.static.nbytes()
+        return cache_nbytes(cache)
 
     def _extend(self, generated, context, new_tokens, params) -> str:
         """Commit tokens up to EOS / the length cap; return the finish reason or ''."""

@@ -85,8 +85,10 @@ def load_drafter(
     proposal: str = "chain",
     num_speculative_tokens: int = 4,
     tree: TreeSettings | None = None,
+    static_cache: bool = False,
 ) -> DrafterRuntime:
-    """A drafter folder loaded for `target` (a transformers causal LM), fingerprint-checked."""
+    """A drafter folder loaded for `target` (a transformers causal LM), fingerprint-checked.
+    `static_cache`: a draft LM's proposers keep preallocated caches (CUDA graphs on CUDA)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     folder = Path(folder)
@@ -107,7 +109,7 @@ def load_drafter(
             draft.eval()
 
             def make() -> Proposer:
-                return DraftModelProposer(draft, None, None)
+                return DraftModelProposer(draft, None, None, static_cache=static_cache)
 
             module = draft
         elif family in ("eagle1", "eagle3"):
@@ -143,12 +145,15 @@ def load(
     dtype: torch.dtype = torch.float32,
     device=None,
     zoos: list[Path] | None = None,
+    static_cache: bool = False,
 ) -> SpeculativeGenerator:
     """A `SpeculativeGenerator` for a published drafter (zoo name) or a drafter folder.
 
     `target`: a transformers causal LM, or its folder / hub name; None loads the target the
     drafter was trained for. `proposal` / `num_speculative_tokens` / `tree` default to the
     settings the drafter's published evaluation used (chain of 4 when unpublished).
+    `static_cache`: preallocated KV caches for the target (and a draft LM), whose decode
+    forwards replay as CUDA graphs on a GPU.
     """
     folder, entry = resolve_drafter(name_or_path, zoos)
     record = read_drafter_record(folder)
@@ -171,9 +176,14 @@ def load(
         proposal or serving.get("proposal", "chain"),
         num_speculative_tokens or serving.get("num_speculative_tokens", 4),
         tree,
+        static_cache,
     )
     generator = SpeculativeGenerator(
-        target, tokenizer, runtime.make_proposer(), runtime.num_speculative_tokens
+        target,
+        tokenizer,
+        runtime.make_proposer(),
+        runtime.num_speculative_tokens,
+        static_cache=static_cache,
     )
     generator.drafter = runtime
     return generator

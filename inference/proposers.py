@@ -8,6 +8,7 @@ import torch
 
 from .kv_cache import cache_kwargs, cache_nbytes, crop
 from .sampling import SamplingParams, probabilities, sample
+from .static_forward import StaticForward
 from .tree import Proposal
 
 
@@ -62,10 +63,20 @@ class DraftModelProposer:
 
     Its KV cache follows the context: before drafting it is cropped to the longest prefix it
     shares with the committed tokens, so rejected drafts are rolled back and only new tokens
-    are fed.
+    are fed. With `static_cache` the cache is preallocated (`StaticForward`: CUDA graphs on
+    CUDA) and greedy drafting keeps its tokens on the device until the chain is complete, so a
+    round of drafting reads the host once.
     """
 
-    def __init__(self, model, tokenizer=None, target_tokenizer=None) -> None:
+    def __init__(
+        self,
+        model,
+        tokenizer=None,
+        target_tokenizer=None,
+        static_cache: bool = False,
+        max_cache_length: int = 2048,
+        cuda_graphs: bool | None = None,
+    ) -> None:
         both = tokenizer is not None and target_tokenizer is not None
         if both and not vocabularies_match(tokenizer, target_tokenizer):
             raise ProposerError(
@@ -75,29 +86,46 @@ class DraftModelProposer:
             )
         self.model = model.eval()
         self.device = next(model.parameters()).device
+        self.static = StaticForward(model, max_cache_length, cuda_graphs) if static_cache else None
         self.cache = None
         self.cached_ids: list[int] = []
 
     def reset(self) -> None:
         """Forget the cached context (a new request)."""
         self.cache, self.cached_ids = None, []
+        if self.static:
+            self.static.reset()
 
     def cache_nbytes(self) -> int:
         """Bytes held by the draft model's KV cache."""
-        return cache_nbytes(self.cache)
+        return self.static.nbytes() if self.static else cache_nbytes(self.cache)
+
+    def _shared_prefix(self, context: list[int]) -> int:
+        shared = 0
+        limit = min(len(self.cached_ids), len(context) - 1)
+        while shared < limit and self.cached_ids[shared] == context[shared]:
+            shared += 1
+        return shared
+
+    def _feed(self, token_ids: torch.Tensor) -> torch.Tensor:
+        """Feed [1, n] tokens into the static cache; the last position's logits."""
+        logits = self.static.forward(token_ids)[-1]
+        self.static.commit(list(range(token_ids.shape[1])))
+        return logits
 
     def _sync(self, context: list[int]) -> torch.Tensor:
         """Roll the cache back to the shared prefix; return the logits after `context`."""
         from transformers import DynamicCache
 
-        shared = 0
-        limit = min(len(self.cached_ids), len(context) - 1)
-        while shared < limit and self.cached_ids[shared] == context[shared]:
-            shared += 1
+        shared = self._shared_prefix(context)
+        new = torch.tensor([context[shared:]], device=self.device)
+        if self.static:
+            self.static.rollback(shared)
+            self.cached_ids = list(context)
+            return self._feed(new)
         if self.cache is None:
             self.cache = DynamicCache()
         crop(self.cache, shared)
-        new = torch.tensor([context[shared:]], device=self.device)
         out = self.model(input_ids=new, **cache_kwargs(self.model, self.cache, True))
         self.cached_ids = list(context)
         return out.logits[0, -1]
@@ -107,6 +135,8 @@ class DraftModelProposer:
         if max_tokens <= 0:
             return Proposal.chain([])
         logits = self._sync(context)
+        if self.static and params.greedy:
+            return self._greedy_on_device(logits, max_tokens)
         tokens: list[int] = []
         draft_probs = []
         for step in range(max_tokens):
@@ -117,7 +147,19 @@ class DraftModelProposer:
             if step + 1 == max_tokens:
                 break
             token_ids = torch.tensor([[token]], device=self.device)
-            out = self.model(input_ids=token_ids, **cache_kwargs(self.model, self.cache))
+            if self.static:
+                logits = self._feed(token_ids)
+            else:
+                out = self.model(input_ids=token_ids, **cache_kwargs(self.model, self.cache))
+                logits = out.logits[0, -1]
             self.cached_ids.append(token)
-            logits = out.logits[0, -1]
         return Proposal.chain(tokens, None if params.greedy else torch.stack(draft_probs))
+
+    def _greedy_on_device(self, logits: torch.Tensor, max_tokens: int) -> Proposal:
+        """Greedy chain whose tokens stay on the device until one read at the end."""
+        drafted = [logits.argmax(-1)]
+        for _ in range(max_tokens - 1):
+            drafted.append(self._feed(drafted[-1].view(1, 1)).argmax(-1))
+        tokens = torch.stack(drafted).tolist()
+        self.cached_ids.extend(tokens[:-1])
+        return Proposal.chain(tokens)

@@ -63,3 +63,15 @@ def test_published_draft_lm_serves_as_transformers_assistant(tmp_path):
     plain = target.generate(ids, max_new_tokens=48, do_sample=False)
     assisted = target.generate(ids, max_new_tokens=48, do_sample=False, assistant_model=draft)
     assert torch.equal(plain, assisted)
+
+
+def test_load_with_static_caches_gives_the_same_tokens():
+    prompt = load_prompt_set("humaneval")[0]
+    plain = draftzoo.load("draft-lm-testbed-small")
+    static = draftzoo.load("draft-lm-testbed-small", static_cache=True)
+    assert static.static is not None and static.proposer.static is not None
+    text = prompt.render(plain.tokenizer, chat=True)
+    params = SamplingParams(max_new_tokens=48)
+    fast, slow = static.generate(text, params), plain.generate(text, params)
+    assert fast.token_ids == slow.token_ids
+    assert fast.metrics.num_target_forwards == slow.metrics.num_target_forwards

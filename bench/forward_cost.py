@@ -1,0 +1,95 @@
+"""What one decode step costs, piece by piece: eager forward vs CUDA-graph replay vs a round.
+
+    python bench/forward_cost.py --device cuda
+
+On the target (testbed-small unless --target), after a 200-token prefix: milliseconds of one
+1-token eager forward on a transformers `DynamicCache`; one replay of the captured width-1 graph
+(`StaticForward`); one `StaticForward.forward` (the replay plus its input copies); and one
+target-only round of `SpeculativeGenerator` on the static cache (forward, greedy acceptance with
+its host read, commit). Each is the mean of --steps timed calls after warm-up, synchronised.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+from transformers import AutoModelForCausalLM, DynamicCache
+
+from draftzoo.inference.generate import SpeculativeGenerator
+from draftzoo.inference.kv_cache import cache_kwargs, crop
+from draftzoo.inference.sampling import SamplingParams
+from draftzoo.inference.static_forward import StaticForward
+from draftzoo.train.testbed import committed_testbed_dir
+
+
+def _sync(device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _mean_ms(step, steps: int, device) -> float:
+    for _ in range(10):
+        step()
+    _sync(device)
+    began = time.perf_counter()
+    for _ in range(steps):
+        step()
+    _sync(device)
+    return 1e3 * (time.perf_counter() - began) / steps
+
+
+@torch.no_grad()
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--target", default=str(committed_testbed_dir()))
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--steps", type=int, default=200)
+    args = parser.parse_args()
+    device = torch.device(args.device)
+    target = AutoModelForCausalLM.from_pretrained(args.target, dtype=torch.float32)
+    target = target.to(device).eval()
+    prefix = torch.randint(0, target.config.vocab_size, (1, 200), device=device)
+    token = prefix[:, -1:]
+
+    cache = DynamicCache()
+    target(input_ids=prefix, **cache_kwargs(target, cache))
+
+    def eager_step():
+        target(input_ids=token, **cache_kwargs(target, cache))
+        crop(cache, 200)
+
+    static = StaticForward(target, 1024)
+    static.forward(prefix)
+    static.commit(list(range(200)))
+    static.forward(token)  # captures width 1 on CUDA
+    entry = static._graphs.get(1)
+
+    rows = {"eager forward, DynamicCache": _mean_ms(eager_step, args.steps, device)}
+    if entry is not None and entry.graph is not None:
+        rows["graph replay alone"] = _mean_ms(entry.graph.replay, args.steps, device)
+    rows["StaticForward.forward (copies + replay)"] = _mean_ms(
+        lambda: static.forward(token), args.steps, device
+    )
+    generator = SpeculativeGenerator(target, None, static_cache=True)
+    params = SamplingParams(max_new_tokens=args.steps)
+    prompt = prefix[0].tolist()
+    generator.generate(prompt, params)
+    _sync(device)
+    out = generator.generate(prompt, params)
+    decode = out.metrics.total_seconds - out.metrics.prefill_seconds
+    rows["target-only round, static cache"] = 1e3 * decode / out.metrics.num_target_forwards
+    eager_generator = SpeculativeGenerator(target, None)
+    eager_generator.generate(prompt, params)
+    out = eager_generator.generate(prompt, params)
+    decode = out.metrics.total_seconds - out.metrics.prefill_seconds
+    rows["target-only round, DynamicCache"] = 1e3 * decode / out.metrics.num_target_forwards
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    print(f"one decode step of {args.target} on {name} (ms, mean of {args.steps})")
+    for label, ms in rows.items():
+        print(f"{label:42} {ms:8.3f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,61 @@
+"""CUDA graphs replay the static-cache forwards exactly (opt-in: `pytest -m gpu`).
+
+On the committed testbed-small and the shipped zoo drafters, graphed greedy decoding must give
+the tokens of eager target-only decoding on the same GPU, for target-only, the draft LM, and
+EAGLE-3 chains and trees (whose target states are read back from the graphs' buffers).
+"""
+
+import pytest
+import torch
+
+from draftzoo.architectures.zoo_index import builtin_zoo_dir
+from draftzoo.data.prompts import load_prompt_set
+from draftzoo.inference.eagle import EagleProposer, TreeSettings
+from draftzoo.inference.generate import SpeculativeGenerator
+from draftzoo.inference.proposers import DraftModelProposer
+from draftzoo.inference.sampling import SamplingParams
+from draftzoo.train.testbed import committed_testbed_dir
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+]
+
+
+@pytest.fixture(scope="module")
+def target_on_gpu():
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = committed_testbed_dir()
+    target = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to("cuda").eval()
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    prompts = [p.render(tokenizer, chat=True) for p in load_prompt_set("humaneval")[:4]]
+    return target, tokenizer, prompts
+
+
+def _proposers(target, tokenizer):
+    from transformers import AutoModelForCausalLM
+
+    folder = builtin_zoo_dir() / "draft-lm-testbed-small"
+    draft = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).to("cuda").eval()
+    eagle = EagleProposer.from_pretrained(builtin_zoo_dir() / "eagle3-testbed-small", target)
+    return {
+        "target-only": None,
+        "draft-lm": DraftModelProposer(draft, static_cache=True),
+        "eagle3-chain": eagle,
+        "eagle3-tree": EagleProposer(eagle.drafter, TreeSettings()),
+    }
+
+
+@pytest.mark.parametrize("name", ["target-only", "draft-lm", "eagle3-chain", "eagle3-tree"])
+def test_graphed_greedy_output_equals_eager_target_only(target_on_gpu, name):
+    target, tokenizer, prompts = target_on_gpu
+    params = SamplingParams(max_new_tokens=64)
+    eager = SpeculativeGenerator(target, tokenizer)
+    proposer = _proposers(target, tokenizer)[name]
+    graphed = SpeculativeGenerator(target, tokenizer, proposer, 4, static_cache=True)
+    assert graphed.static.use_graphs
+    for prompt in prompts:
+        expected = eager.generate(prompt, params).token_ids
+        assert graphed.generate(prompt, params).token_ids == expected, name
+    assert graphed.static._graphs, "no forward was replayed from a graph"

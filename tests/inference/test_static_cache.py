@@ -1,0 +1,139 @@
+"""The preallocated-cache path (`StaticForward`): same outputs as the growing cache, on CPU.
+
+CUDA graphs replay these same forwards on a GPU; here they run eagerly, which is the code the
+graphs capture (the slots, positions and masks are computed the same way).
+"""
+
+from collections import Counter
+
+import pytest
+import torch
+
+from draftzoo.inference.generate import GenerationError, SpeculativeGenerator
+from draftzoo.inference.proposers import DraftModelProposer, PromptLookupProposer
+from draftzoo.inference.sampling import SamplingParams
+from draftzoo.inference.static_forward import StaticForward
+from tests.inference.helpers import TopKTreeProposer, perturbed_copy
+from tests.inference.test_lossless_sampling import (
+    LENGTH,
+    PROMPT,
+    SAMPLES,
+    _threshold,
+    _tiny_lm,
+    _tv,
+    target_exact,  # noqa: F401 (fixture)
+)
+from tests.inference.test_runtime import PROMPTS
+
+
+def _proposers(model, noisy):
+    return {
+        "target-only": None,
+        "prompt-lookup": PromptLookupProposer(1, 3),
+        "draft-lm-static": DraftModelProposer(noisy, static_cache=True, max_cache_length=256),
+        "draft-lm-dynamic": DraftModelProposer(noisy),
+        "tree-noisy": TopKTreeProposer(noisy, width=2),
+    }
+
+
+def test_greedy_output_and_tau_equal_the_growing_cache(target_and_tokenizer):
+    model, tokenizer = target_and_tokenizer
+    noisy = perturbed_copy(model, 0.5)
+    params = SamplingParams(max_new_tokens=40)
+    reference = [SpeculativeGenerator(model, tokenizer).generate(p, params) for p in PROMPTS]
+    for name, proposer in _proposers(model, noisy).items():
+        static = SpeculativeGenerator(
+            model, tokenizer, proposer, 4, static_cache=True, max_cache_length=256
+        )
+        dynamic = SpeculativeGenerator(model, tokenizer, proposer, 4)
+        for prompt, expected in zip(PROMPTS, reference, strict=True):
+            fast, slow = static.generate(prompt, params), dynamic.generate(prompt, params)
+            assert fast.token_ids == expected.token_ids, name
+            assert fast.metrics.num_target_forwards == slow.metrics.num_target_forwards, name
+        if proposer is not None:
+            assert fast.metrics.num_accepted_tokens > 0, name
+
+
+@torch.no_grad()
+def test_committing_a_tree_branch_leaves_the_cache_of_that_sequence(target_and_tokenizer):
+    model, _ = target_and_tokenizer
+    runner = StaticForward(model, max_length=64)
+    prefix = torch.tensor([[5, 17, 33, 8, 90]])
+    runner.forward(prefix)
+    runner.commit(list(range(5)))
+    # root 41 with two branches: 7 -> 12 (nodes 0, 2) and 9 (node 1)
+    tree = torch.tensor([[41, 7, 9, 12]])
+    ancestors = torch.tensor(
+        [[1, 0, 0, 0], [1, 1, 0, 0], [1, 0, 1, 0], [1, 1, 0, 1]], dtype=torch.bool
+    )
+    runner.forward(tree, ancestors, torch.tensor([0, 1, 1, 2]))
+    runner.commit([0, 1, 3])  # root, 7, 12
+    logits = runner.forward(torch.tensor([[60]]))[-1]
+    full = model(input_ids=torch.tensor([[5, 17, 33, 8, 90, 41, 7, 12, 60]])).logits[0, -1]
+    torch.testing.assert_close(logits, full, atol=1e-4, rtol=1e-4)
+    # a chain rolled back by length alone: stale slots past it are never read
+    runner.rollback(6)  # keep ... 90, 41
+    logits = runner.forward(torch.tensor([[3]]))[-1]
+    full = model(input_ids=torch.tensor([[5, 17, 33, 8, 90, 41, 3]])).logits[0, -1]
+    torch.testing.assert_close(logits, full, atol=1e-4, rtol=1e-4)
+
+
+def test_static_sampling_matches_the_target_distribution(target_exact):  # noqa: F811
+    """The lossless-sampling test of `test_lossless_sampling.py`, with a confidently bad draft
+    and both caches static (same threshold, false alarm < 1e-6)."""
+    target, exact = target_exact
+    bad = _tiny_lm(seed=7, sharpness=60.0)
+    proposer = DraftModelProposer(bad, static_cache=True, max_cache_length=16)
+    generator = SpeculativeGenerator(
+        target, None, proposer, 2, static_cache=True, max_cache_length=16
+    )
+    counts, accepted = Counter(), 0
+    for seed in range(SAMPLES):
+        params = SamplingParams(temperature=1.0, top_k=5, max_new_tokens=LENGTH, seed=seed)
+        out = generator.generate(PROMPT, params)
+        counts[tuple(out.token_ids)] += 1
+        accepted += out.metrics.num_accepted_tokens
+    assert _tv(counts, exact) < _threshold(exact)
+    assert accepted > 0
+
+
+def test_static_cache_refuses_what_it_cannot_hold(target_and_tokenizer):
+    model, tokenizer = target_and_tokenizer
+    generator = SpeculativeGenerator(model, tokenizer, static_cache=True, max_cache_length=32)
+    with pytest.raises(GenerationError, match="do not fit the static cache's 32 positions"):
+        generator.generate(list(range(1, 20)), SamplingParams(max_new_tokens=20))
+    with pytest.raises(GenerationError, match="CUDA graphs need a model on CUDA"):
+        StaticForward(model, 32, cuda_graphs=True)
+
+
+def test_graph_buffers_give_the_same_tokens(target_and_tokenizer):
+    """The path a CUDA graph captures (slots, positions and mask computed from the buffers'
+    `length`, `depths` and `ancestors`), run eagerly on CPU: chains and trees of many widths."""
+    model, tokenizer = target_and_tokenizer
+    noisy = perturbed_copy(model, 0.5)
+    params = SamplingParams(max_new_tokens=40)
+    reference = [SpeculativeGenerator(model, tokenizer).generate(p, params) for p in PROMPTS]
+    draft = DraftModelProposer(noisy, static_cache=True, max_cache_length=256)
+    draft.static.use_graphs = True
+    for proposer in (draft, TopKTreeProposer(noisy, width=2)):
+        generator = SpeculativeGenerator(
+            model, tokenizer, proposer, 4, static_cache=True, max_cache_length=256
+        )
+        generator.static.use_graphs = True  # buffers without graphs off CUDA
+        for prompt, expected in zip(PROMPTS, reference, strict=True):
+            assert generator.generate(prompt, params).token_ids == expected.token_ids
+        assert len(generator.static._graphs) > 1
+    assert draft.static._graphs
+
+
+def test_generate_command_and_load_take_the_static_cache(testbed_tiny, capsys):
+    from draftzoo.cli import main
+
+    base = ["generate", "--target", str(testbed_tiny[0]), "--prompt-lookup", "--prompt"]
+    base += [PROMPTS[1], "--max-new-tokens", "24", "--num-speculative-tokens", "4"]
+    assert main(base) == 0
+    growing = capsys.readouterr().out
+    assert main([*base, "--static-cache", "--device", "cpu"]) == 0
+    static = capsys.readouterr().out
+    text = lambda out: out.split("--- finish")[0]  # noqa: E731
+    assert text(static) == text(growing) and "mean_acceptance_length:" in static
