@@ -128,6 +128,7 @@ def render_card(
         "",
         "```python",
         "import draftzoo",
+        "",
         f'generator = draftzoo.load("{name}")  # target: {report["target"]["name"]}',
         'print(generator.generate("def fibonacci(n):").text)',
         "```",
