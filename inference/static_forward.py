@@ -111,7 +111,8 @@ class StaticForward:
         self.use_graphs = self.device.type == "cuda" if cuda_graphs is None else cuda_graphs
         self.max_length = max_length
         self.max_graph_width = max_graph_width
-        #: slots past max_length: where graph warm-ups write, never read
+        #: slots past max_length: graph warm-ups write there, and a forward's uncommitted nodes
+        #: may (nothing committed ever lies there)
         self.size = max_length + max_graph_width
         self._slots = _Slots()
         self.cache = _slot_cache(model.config, self.size, self._slots)
@@ -140,9 +141,10 @@ class StaticForward:
         """Logits [w, vocab] of `input_ids` written at slots `length..length+w-1` (valid
         until the next forward)."""
         width = input_ids.shape[1]
-        if self.length + width > self.max_length:
+        # past max_length only uncommitted nodes may go (a tree near the end of a request)
+        if self.length + width > self.size:
             raise GenerationError(
-                f"the static cache holds {self.max_length} positions; this forward needs "
+                f"the static cache holds {self.size} slots; this forward needs "
                 f"{self.length + width} (raise max_cache_length)"
             )
         chain = ancestors is None

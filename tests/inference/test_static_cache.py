@@ -137,3 +137,17 @@ def test_generate_command_and_load_take_the_static_cache(testbed_tiny, capsys):
     static = capsys.readouterr().out
     text = lambda out: out.split("--- finish")[0]  # noqa: E731
     assert text(static) == text(growing) and "mean_acceptance_length:" in static
+
+
+def test_a_tree_may_reach_past_the_last_position_it_can_commit(target_and_tokenizer):
+    """A request that fills the cache exactly: near its end a tree's nodes run past
+    `max_cache_length` (into the scratch slots), and only what fits is committed."""
+    model, tokenizer = target_and_tokenizer
+    prompt = list(range(5, 25))
+    params = SamplingParams(max_new_tokens=12)
+    expected = SpeculativeGenerator(model, tokenizer).generate(prompt, params).token_ids
+    tree = TopKTreeProposer(perturbed_copy(model, 0.5), width=2)
+    generator = SpeculativeGenerator(
+        model, tokenizer, tree, 4, static_cache=True, max_cache_length=len(prompt) + 12
+    )
+    assert generator.generate(prompt, params).token_ids == expected
