@@ -74,6 +74,17 @@ def _threshold(exact: dict) -> float:
 PARAMS = SamplingParams(temperature=1.0, top_k=5, max_new_tokens=LENGTH)
 
 
+def sample_outcomes(generator) -> tuple[Counter, int]:
+    """SAMPLES seeded continuations of PROMPT: their counts and the draft tokens accepted."""
+    counts, accepted = Counter(), 0
+    for seed in range(SAMPLES):
+        params = SamplingParams(temperature=1.0, top_k=5, max_new_tokens=LENGTH, seed=seed)
+        out = generator.generate(PROMPT, params)
+        counts[tuple(out.token_ids)] += 1
+        accepted += out.metrics.num_accepted_tokens
+    return counts, accepted
+
+
 @pytest.fixture(scope="module")
 def target_exact():
     target = _tiny_lm(seed=0, sharpness=30.0)
@@ -123,12 +134,7 @@ def test_speculative_sampling_matches_the_target_distribution(target_exact, case
     if case.startswith("eagle3"):
         proposer = _eagle3(target, tree=case == "eagle3-tree")
     generator = SpeculativeGenerator(target, None, proposer, num_speculative_tokens=2)
-    counts, accepted = Counter(), 0
-    for seed in range(SAMPLES):
-        params = SamplingParams(temperature=1.0, top_k=5, max_new_tokens=LENGTH, seed=seed)
-        out = generator.generate(PROMPT, params)
-        counts[tuple(out.token_ids)] += 1
-        accepted += out.metrics.num_accepted_tokens
+    counts, accepted = sample_outcomes(generator)
     tv, threshold = _tv(counts, exact), _threshold(exact)
     assert tv < threshold, f"TV {tv:.4f} >= {threshold:.4f}"
     if case != "target-only":

@@ -4,8 +4,6 @@ CUDA graphs replay these same forwards on a GPU; here they run eagerly, which is
 graphs capture (the slots, positions and masks are computed the same way).
 """
 
-from collections import Counter
-
 import pytest
 import torch
 
@@ -15,12 +13,10 @@ from draftzoo.inference.sampling import SamplingParams
 from draftzoo.inference.static_forward import StaticForward
 from tests.inference.helpers import TopKTreeProposer, perturbed_copy
 from tests.inference.test_lossless_sampling import (
-    LENGTH,
-    PROMPT,
-    SAMPLES,
     _threshold,
     _tiny_lm,
     _tv,
+    sample_outcomes,
     target_exact,  # noqa: F401 (fixture)
 )
 from tests.inference.test_runtime import PROMPTS
@@ -87,12 +83,7 @@ def test_static_sampling_matches_the_target_distribution(target_exact):  # noqa:
     generator = SpeculativeGenerator(
         target, None, proposer, 2, static_cache=True, max_cache_length=16
     )
-    counts, accepted = Counter(), 0
-    for seed in range(SAMPLES):
-        params = SamplingParams(temperature=1.0, top_k=5, max_new_tokens=LENGTH, seed=seed)
-        out = generator.generate(PROMPT, params)
-        counts[tuple(out.token_ids)] += 1
-        accepted += out.metrics.num_accepted_tokens
+    counts, accepted = sample_outcomes(generator)
     assert _tv(counts, exact) < _threshold(exact)
     assert accepted > 0
 
