@@ -157,8 +157,10 @@ class DraftAttention(nn.Module):
 
 
 def attend(q, k, v, mask: torch.Tensor) -> torch.Tensor:
-    """Plain attention: q [b, H, s, d] over k, v [b, H, S, d]; `mask` [b|1, 1, s, S] bool."""
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    """Plain attention: q [b, H, s, d] over k, v [b, H or kv_heads, S, d] (grouped-query keys
+    serve H / kv_heads query heads each, without being copied); `mask` [b|1, 1, s, S] bool."""
+    grouped = k.shape[1] != q.shape[1]
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=grouped)
 
 
 def ttt_attention(
@@ -344,7 +346,7 @@ class EagleDrafter(nn.Module):
         attn = self.midlayer.self_attn
         q, k, v = attn.project(x, cos, sin)
         cache.append(k, v)
-        attended = attend(q, attn.expand(cache.keys), attn.expand(cache.values), mask)
+        attended = attend(q, cache.keys, cache.values, mask)
         return self.midlayer.finish(attended, residual)
 
     def ttt_unroll(
