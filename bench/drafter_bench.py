@@ -4,6 +4,9 @@
         --eagle1 recipes/zoo/eagle1-testbed-small --eagle3 recipes/zoo/eagle3-testbed-small \
         --prompt-set humaneval --prompts 20 --temperatures 0 1
 
+`--eagle1` / `--eagle3` may be given several times (rows then carry the folder's name), so
+drafters trained differently are compared in one process against one target-only baseline.
+
 Every method decodes the same prompts (chat-rendered) with the same target in one process,
 interleaved prompt by prompt, after one warm-up prompt: target-only, the draft LM (chain),
 EAGLE-1 (chain), EAGLE-3 (chain) and EAGLE-3 with EAGLE-2 dynamic trees. Chains draft a fixed
@@ -23,6 +26,7 @@ from __future__ import annotations
 import argparse
 import time
 from collections import defaultdict
+from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -49,18 +53,19 @@ def build_methods(args, target, tokenizer) -> dict[str, SpeculativeGenerator]:
     tree = TreeSettings(
         args.tree_top_k, args.tree_depth, args.tree_tokens, args.tree_sampled_children
     )
-    for kind, folder in (("EAGLE-1", args.eagle1), ("EAGLE-3", args.eagle3)):
-        if not folder:
-            continue
-        chain = EagleProposer.from_pretrained(folder, target, tokenizer)
-        methods[f"{kind} chain"] = SpeculativeGenerator(
-            target, tokenizer, chain, args.gamma, **static
-        )
-        if kind == "EAGLE-3" or args.eagle1_tree:
-            trees = EagleProposer(chain.drafter, tree)
-            methods[f"{kind} tree"] = SpeculativeGenerator(
-                target, tokenizer, trees, args.tree_depth, **static
+    for kind, folders in (("EAGLE-1", args.eagle1), ("EAGLE-3", args.eagle3)):
+        for folder in folders:
+            # several drafters of one family are told apart by their folder's name
+            label = kind if len(folders) == 1 else f"{kind} {Path(folder).name}"
+            chain = EagleProposer.from_pretrained(folder, target, tokenizer)
+            methods[f"{label} chain"] = SpeculativeGenerator(
+                target, tokenizer, chain, args.gamma, **static
             )
+            if kind == "EAGLE-3" or args.eagle1_tree:
+                trees = EagleProposer(chain.drafter, tree)
+                methods[f"{label} tree"] = SpeculativeGenerator(
+                    target, tokenizer, trees, args.tree_depth, **static
+                )
     return methods
 
 
@@ -68,8 +73,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--target", default=str(committed_testbed_dir()))
     parser.add_argument("--draft-lm", help="a draft LM folder")
-    parser.add_argument("--eagle1", help="an EAGLE-1 drafter folder")
-    parser.add_argument("--eagle3", help="an EAGLE-3 drafter folder")
+    parser.add_argument(
+        "--eagle1", action="append", default=[], help="an EAGLE-1 drafter folder (repeatable)"
+    )
+    parser.add_argument(
+        "--eagle3", action="append", default=[], help="an EAGLE-3 drafter folder (repeatable)"
+    )
     parser.add_argument("--eagle1-tree", action="store_true", help="add EAGLE-1 with trees")
     parser.add_argument("--prompt-set", default="humaneval", help="humaneval or stdlib-heldout")
     parser.add_argument("--prompts", type=int, default=20)
@@ -130,7 +139,8 @@ def main() -> None:
                 row["verify"] += m.verify_seconds
         base = totals["target-only"]["tokens"] / totals["target-only"]["seconds"]
         print(f"\nT = {temperature:g}")
-        header = f"{'method':16} {'tau':>5} {'tok/s':>7} {'speedup':>8} {'draft ms':>9}"
+        width = max(16, *(len(name) for name in totals))
+        header = f"{'method':{width}} {'tau':>5} {'tok/s':>7} {'speedup':>8} {'draft ms':>9}"
         print(header + f" {'verify ms':>10} {'draft/verify':>13} {'mismatch':>9}")
         for name, row in totals.items():
             rate = row["tokens"] / row["seconds"]
@@ -139,7 +149,7 @@ def main() -> None:
             ratio = draft_ms / verify_ms if verify_ms else 0.0
             shown = str(mismatches[name]) if temperature == 0 else "-"
             print(
-                f"{name:16} {row['tokens'] / rounds:5.2f} {rate:7.1f} {rate / base:7.2f}x "
+                f"{name:{width}} {row['tokens'] / rounds:5.2f} {rate:7.1f} {rate / base:7.2f}x "
                 f"{draft_ms:9.2f} {verify_ms:10.2f} {ratio:13.2f} {shown:>9}"
             )
 
