@@ -17,6 +17,7 @@ argmax row, which is where the accept length comes from). On CPU the same code r
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -34,7 +35,10 @@ class _Slots:
     limit: int | None = None
 
 
+@functools.cache
 def _slot_layer_class():
+    """The slot-writing cache layer class (defined once, on first use: transformers is
+    imported lazily)."""
     from transformers.cache_utils import StaticLayer
 
     class SlotLayer(StaticLayer):
