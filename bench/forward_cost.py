@@ -7,6 +7,11 @@ On the target (testbed-small unless --target), after a 200-token prefix: millise
 (`StaticForward`); one `StaticForward.forward` (the replay plus its input copies); and one
 target-only round of `SpeculativeGenerator` on the static cache (forward, greedy acceptance with
 its host read, commit). Each is the mean of --steps timed calls after warm-up, synchronised.
+
+`--widths 1 5 13 61` adds what a verification forward of w tokens costs on a `DynamicCache`
+(eager, as the CPU runtime verifies), for a chain and for a tree of the same size (explicit
+ancestor mask and depth positions), and its ratio to one token: a round of w tokens pays off
+only when tau exceeds that ratio plus the drafting's share.
 """
 
 from __future__ import annotations
@@ -17,10 +22,11 @@ import time
 import torch
 from transformers import AutoModelForCausalLM, DynamicCache
 
-from draftzoo.inference.generate import SpeculativeGenerator
+from draftzoo.inference.generate import SpeculativeGenerator, _tree_mask
 from draftzoo.inference.kv_cache import cache_kwargs, crop
 from draftzoo.inference.sampling import SamplingParams
 from draftzoo.inference.static_forward import StaticForward
+from draftzoo.inference.tree import Proposal
 from draftzoo.train.testbed import committed_testbed_dir
 
 
@@ -46,6 +52,7 @@ def main() -> None:
     parser.add_argument("--target", default=str(committed_testbed_dir()))
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--widths", type=int, nargs="*", default=[], help="verification widths")
     args = parser.parse_args()
     device = torch.device(args.device)
     target = AutoModelForCausalLM.from_pretrained(args.target, dtype=torch.float32)
@@ -89,6 +96,35 @@ def main() -> None:
     print(f"one decode step of {args.target} on {name} (ms, mean of {args.steps})")
     for label, ms in rows.items():
         print(f"{label:42} {ms:8.3f}")
+    if args.widths:
+        verification_costs(target, cache, args.widths, args.steps, device)
+
+
+def verification_costs(target, cache, widths: list[int], steps: int, device) -> None:
+    """Eager verification forwards of w tokens after the 200-token prefix: chain and tree."""
+    ids = torch.randint(0, target.config.vocab_size, (1, max(widths)), device=device)
+
+    def verify(width: int, tree: bool):
+        kwargs = {}
+        if tree and width > 2:
+            # a binary tree of width - 1 nodes under the root
+            proposal = Proposal([0] * (width - 1), [i // 2 - 1 for i in range(width - 1)])
+            depths = torch.tensor([0, *proposal.depths], device=device)
+            kwargs["position_ids"] = (200 + depths)[None]
+            kwargs["attention_mask"] = _tree_mask(proposal, 200, target.dtype).to(device)
+
+        def step():
+            target(input_ids=ids[:, :width], **cache_kwargs(target, cache), **kwargs)
+            crop(cache, 200)
+
+        return _mean_ms(step, steps, device)
+
+    one = verify(1, tree=False)
+    print("\nverification forward of w tokens, eager, DynamicCache (ms; x = ratio to w = 1)")
+    print(f"{'w':>4} {'chain':>9} {'x':>6} {'tree':>9} {'x':>6}")
+    for width in widths:
+        chain, tree = verify(width, tree=False), verify(width, tree=True)
+        print(f"{width:4} {chain:9.3f} {chain / one:6.2f} {tree:9.3f} {tree / one:6.2f}")
 
 
 if __name__ == "__main__":
