@@ -167,17 +167,15 @@ class EagleProposer:
         parents: list[int] = []
         scores: list[float] = []
         slot_of: dict[int, int] = {}  # candidate -> its cache slot once fed
-        logp = torch.log_softmax(drafter.logits(root_hidden)[0, -1].float(), dim=-1)
-        frontier = self._children(logp, -1, 0.0, tokens, parents, scores, settings.top_k)
+        logp = torch.log_softmax(drafter.logits(root_hidden)[0, -1:].float(), dim=-1)
+        (frontier,) = self._children(logp, [-1], tokens, parents, scores, settings.top_k)
         hidden_of = {c: root_hidden[0, 0] for c in frontier}
         for depth in range(2, depth_limit + 1):
             out = self._feed(frontier, tokens, parents, hidden_of, slot_of, depth - 1)
             logps = torch.log_softmax(drafter.logits(out)[0].float(), dim=-1)
             children: list[int] = []
-            for row, c in enumerate(frontier):
-                new = self._children(
-                    logps[row], c, scores[c], tokens, parents, scores, settings.top_k
-                )
+            per_row = self._children(logps, frontier, tokens, parents, scores, settings.top_k)
+            for row, new in enumerate(per_row):
                 for child in new:
                     hidden_of[child] = out[0, row]
                 children += new
@@ -199,13 +197,18 @@ class EagleProposer:
         positions = torch.full_like(ids, self.fed + depth - 1)
         mask = torch.zeros(1, 1, len(nodes), base + len(nodes), dtype=torch.bool)
         mask[..., : self.fed] = True
+        rows: list[int] = []
+        columns: list[int] = []
         for row, c in enumerate(nodes):
             slot_of[c] = base + row
-            mask[0, 0, row, base + row] = True
+            rows.append(row)
+            columns.append(base + row)
             ancestor = parents[c]
             while ancestor >= 0:
-                mask[0, 0, row, slot_of[ancestor]] = True
+                rows.append(row)
+                columns.append(slot_of[ancestor])
                 ancestor = parents[ancestor]
+        mask[0, 0, rows, columns] = True
         return self.drafter.extend(ids, g, positions, self.cache, mask.to(self.device))
 
     def _sampled_tree(self, root_hidden, max_depth, params, generator) -> Proposal:
@@ -274,13 +277,18 @@ class EagleProposer:
         probs += list(full)
         return list(range(first, len(tokens)))
 
-    def _children(self, logp, parent, parent_score, tokens, parents, scores, k) -> list[int]:
-        """Record the top-k children of `parent` as candidates; their indices."""
-        top = logp.topk(min(k, logp.shape[-1]))
+    def _children(self, logps, parent_nodes, tokens, parents, scores, k) -> list[list[int]]:
+        """Record the top-k children of each of `parent_nodes` (-1 = the root), whose draft
+        log-probabilities are the rows of `logps`, as candidates; their indices, per parent."""
+        top = logps.topk(min(k, logps.shape[-1]), dim=-1)
         ids = self.drafter.to_target_ids(top.indices).tolist()
-        first = len(tokens)
-        for token, value in zip(ids, top.values.tolist(), strict=True):
-            tokens.append(token)
-            parents.append(parent)
-            scores.append(parent_score + value)
-        return list(range(first, len(tokens)))
+        values = top.values.tolist()
+        recorded = []
+        for parent, row_ids, row_values in zip(parent_nodes, ids, values, strict=True):
+            base = scores[parent] if parent >= 0 else 0.0
+            first = len(tokens)
+            tokens += row_ids
+            parents += [parent] * len(row_ids)
+            scores += [base + value for value in row_values]
+            recorded.append(list(range(first, len(tokens))))
+        return recorded
