@@ -14,8 +14,9 @@ EAGLE-1 (chain), EAGLE-3 (chain) and EAGLE-3 with EAGLE-2 dynamic trees. Chains 
 --tree-sampled-children wide). At T > 0 every method samples with the same per-prompt seed
 (outputs differ by design; sampling is lossless, which the test suite checks by distribution).
 Printed per method: tau, tokens/s, speedup over target-only, milliseconds of drafting and of
-verification per round and their ratio (the cost that separates the speedup from tau), and at
-T = 0 the prompts whose output differs from target-only (the contract is 0).
+verification per round and their ratio (the cost that separates the speedup from tau), at
+T = 0 the prompts whose output differs from target-only (the contract is 0), and the share of
+drafting rounds that accepted the k-th draft token.
 
 `--device cuda --static` runs every method (target-only included) on preallocated caches with
 CUDA graphs for the target's forwards and the draft LM's.
@@ -115,6 +116,7 @@ def main() -> None:
     )
     for temperature in args.temperatures:
         totals: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+        accepted_at: dict[str, list[int]] = defaultdict(list)  # rounds accepting position k
         mismatches: dict[str, int] = defaultdict(int)
         for index, prompt in enumerate(prompts):
             params = SamplingParams(
@@ -137,6 +139,11 @@ def main() -> None:
                 row["forwards"] += m.num_target_forwards
                 row["draft"] += m.draft_seconds
                 row["verify"] += m.verify_seconds
+                row["drafts"] += m.num_drafts
+                counts = accepted_at[name]
+                counts.extend([0] * (len(m.num_accepted_tokens_per_pos) - len(counts)))
+                for k, n in enumerate(m.num_accepted_tokens_per_pos):
+                    counts[k] += n
         base = totals["target-only"]["tokens"] / totals["target-only"]["seconds"]
         print(f"\nT = {temperature:g}")
         width = max(16, *(len(name) for name in totals))
@@ -152,6 +159,11 @@ def main() -> None:
                 f"{name:{width}} {row['tokens'] / rounds:5.2f} {rate:7.1f} {rate / base:7.2f}x "
                 f"{draft_ms:9.2f} {verify_ms:10.2f} {ratio:13.2f} {shown:>9}"
             )
+        print("acceptance per position (share of drafting rounds accepting draft token k):")
+        for name, counts in accepted_at.items():
+            drafts = max(totals[name]["drafts"], 1)
+            if counts:
+                print(f"  {name:{width}} " + " ".join(f"{n / drafts:.3f}" for n in counts))
 
 
 if __name__ == "__main__":
