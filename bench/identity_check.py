@@ -93,13 +93,22 @@ def main() -> None:
         for size in args.batch_sizes:
             outputs = decode(factory, size)
             reference = references[size]
-            mismatches = sum(o.token_ids != r for o, r in zip(outputs, reference, strict=True))
+            differ = [
+                i
+                for i, (o, r) in enumerate(zip(outputs, reference, strict=True))
+                if o.token_ids != r
+            ]
             tokens = sum(o.metrics.num_generated_tokens for o in outputs)
             forwards = sum(o.metrics.num_target_forwards for o in outputs)
             print(
                 f"{name:14} batch {size}: tau {tokens / forwards:.2f}, "
-                f"mismatches vs target-only batch {size}: {mismatches}"
+                f"mismatches vs target-only batch {size}: {len(differ)}"
             )
+            for i in differ:
+                same = outputs[i].token_ids == references[1][i]
+                print(
+                    f"  prompt {i}: {'equals' if same else 'differs from'} target-only batch 1 too"
+                )
 
 
 if __name__ == "__main__":
