@@ -17,12 +17,13 @@ deterministic candidates are the tree.
 At T>0 the tree is *sampled*: every expanded node gets `sampled_children` children drawn from q
 without replacement (child i from q with the earlier siblings removed and renormalised, which is
 the q_i its acceptance test uses: SpecInfer's recursive rejection, without replacement); each
-depth expands the `sampled_children` best nodes of the previous one by cumulative draft
-log-probability, within `total_tokens`. No sampled node is dropped after it is drawn — which
-nodes get children depends only on nodes already drawn — so every node is distributed as its q_i
-says and sampling stays lossless. Deterministic top-k siblings would be lossless too, but each is
-accepted only with the target's own probability of it, which at T=1 gains nothing over a sampled
-chain (whose acceptance is the overlap of p and q, however flat both are).
+depth expands the `top_k` best nodes of the previous one by cumulative draft log-probability
+(the frontier width, as at T=0), within `total_tokens`. No sampled node is dropped after it is
+drawn — which nodes get children depends only on nodes already drawn — so every node is
+distributed as its q_i says and sampling stays lossless. Deterministic top-k siblings would be
+lossless too, but each is accepted only with the target's own probability of it, which at T=1
+gains nothing over a sampled chain (whose acceptance is the overlap of p and q, however flat
+both are).
 """
 
 from __future__ import annotations
@@ -42,10 +43,10 @@ from .tree import Proposal
 class TreeSettings:
     """EAGLE-2 dynamic-tree budget."""
 
-    top_k: int = 10  # children scored per expanded node, and the frontier width
+    top_k: int = 10  # the frontier width (nodes expanded per depth); T = 0: children scored
     depth: int = 6  # maximum tree depth (draft tokens on one path)
     total_tokens: int = 60  # draft tokens kept for verification
-    sampled_children: int = 3  # T > 0: children drawn per expanded node, and nodes expanded
+    sampled_children: int = 3  # T > 0: children drawn per expanded node
 
     def __post_init__(self) -> None:
         if min(self.top_k, self.depth, self.total_tokens, self.sampled_children) < 1:
@@ -227,10 +228,10 @@ class EagleProposer:
         budget -= min(width, budget)
         hidden_of = {c: root_hidden[0, 0] for c in frontier}
         for depth in range(2, min(settings.depth, max_depth) + 1):
-            # the best nodes of the last depth get `width` children each while the budget lasts
-            # (the last one what is left): counts fixed before any child is drawn
+            # the top_k best nodes of the last depth get `width` children each while the budget
+            # lasts (the last one what is left): counts fixed before any child is drawn
             expand = sorted(frontier, key=lambda c: (-scores[c], c))[: -(-budget // width)]
-            expand = expand[:width]
+            expand = expand[: settings.top_k]
             if not expand:
                 break
             out = self._feed(expand, tokens, parents, hidden_of, slot_of, depth - 1)

@@ -91,7 +91,7 @@ def test_sampled_trees_hold_siblings_drawn_without_replacement(drafters, target_
     """T > 0: every node carries the q_i it was drawn from; siblings are distinct and each
     sibling's q_i is zero on the earlier siblings' tokens; the budget and depth hold."""
     model, tokenizer = target_and_tokenizer
-    settings = TreeSettings(depth=4, total_tokens=25, sampled_children=3)
+    settings = TreeSettings(top_k=4, depth=4, total_tokens=25, sampled_children=3)
     proposer = EagleProposer.from_pretrained(drafters["eagle3"], model, tokenizer, settings)
     context = tokenizer(PROMPTS[1], add_special_tokens=False).input_ids
     from draftzoo.architectures.target import TargetAdapter
@@ -102,8 +102,11 @@ def test_sampled_trees_hold_siblings_drawn_without_replacement(drafters, target_
         proposer.observe(fused_states(captured, proposer.target_layers)[0])
     params = SamplingParams(temperature=1.0)
     proposal = proposer.propose(context, 4, params, params.generator())
-    # 3 at the root, then the best 3 nodes of each depth get 3 children (the last ones 4 in all)
+    # 3 at the root; all 3 expanded (9 at depth 2); the best top_k = 4 of those 9 expanded
+    # (12 at depth 3, 24 in all); the one token left goes to the best node of depth 3
     assert len(proposal) == 25 and max(proposal.depths) == 4
+    per_depth = [proposal.depths.count(d) for d in (1, 2, 3, 4)]
+    assert per_depth == [3, 9, 12, 1], per_depth
     assert proposal.draft_probs.shape == (len(proposal), model.config.vocab_size)
     for children in proposal.children:
         seen = []
