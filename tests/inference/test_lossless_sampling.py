@@ -106,7 +106,10 @@ def _eagle3(target, tree: bool):
     t2d[kept] = True
     drafter.set_vocab_map(kept - torch.arange(4), t2d)
     init_draft_head(drafter, adapter.lm_head)
-    return EagleProposer(drafter.eval(), TreeSettings(2, 2, 4) if tree else None)
+    # the tree: 2 sampled children per node, the 3 best nodes of each depth expanded (3 of
+    # the 4 nodes at depth 2 get children), 12 tokens
+    tree_settings = TreeSettings(top_k=3, depth=3, total_tokens=12, sampled_children=2)
+    return EagleProposer(drafter.eval(), tree_settings if tree else None)
 
 
 @pytest.mark.parametrize(
@@ -133,7 +136,8 @@ def test_speculative_sampling_matches_the_target_distribution(target_exact, case
     }.get(case)
     if case.startswith("eagle3"):
         proposer = _eagle3(target, tree=case == "eagle3-tree")
-    generator = SpeculativeGenerator(target, None, proposer, num_speculative_tokens=2)
+    gamma = 3 if case == "eagle3-tree" else 2  # the tree's depth
+    generator = SpeculativeGenerator(target, None, proposer, num_speculative_tokens=gamma)
     counts, accepted = sample_outcomes(generator)
     tv, threshold = _tv(counts, exact), _threshold(exact)
     assert tv < threshold, f"TV {tv:.4f} >= {threshold:.4f}"
