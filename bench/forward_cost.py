@@ -22,7 +22,7 @@ import time
 import torch
 from transformers import AutoModelForCausalLM, DynamicCache
 
-from draftzoo.inference.generate import SpeculativeGenerator, _tree_mask
+from draftzoo.inference.generate import SpeculativeGenerator, tree_forward_kwargs
 from draftzoo.inference.kv_cache import cache_kwargs, crop
 from draftzoo.inference.sampling import SamplingParams
 from draftzoo.inference.static_forward import StaticForward
@@ -105,13 +105,12 @@ def verification_costs(target, cache, widths: list[int], steps: int, device) -> 
     ids = torch.randint(0, target.config.vocab_size, (1, max(widths)), device=device)
 
     def verify(width: int, tree: bool):
-        kwargs = {}
-        if tree and width > 2:
-            # a binary tree of width - 1 nodes under the root
-            proposal = Proposal([0] * (width - 1), [i // 2 - 1 for i in range(width - 1)])
-            depths = torch.tensor([0, *proposal.depths], device=device)
-            kwargs["position_ids"] = (200 + depths)[None]
-            kwargs["attention_mask"] = _tree_mask(proposal, 200, target.dtype).to(device)
+        nodes = width - 1
+        if tree:  # a binary tree under the root (for w <= 2 it is a chain)
+            proposal = Proposal([0] * nodes, [i // 2 - 1 for i in range(nodes)])
+        else:
+            proposal = Proposal.chain([0] * nodes)
+        kwargs = tree_forward_kwargs(proposal, 200, target.dtype, device)
 
         def step():
             target(input_ids=ids[:, :width], **cache_kwargs(target, cache), **kwargs)

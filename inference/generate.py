@@ -114,6 +114,18 @@ def _tree_mask(proposal: Proposal, past: int, dtype: torch.dtype) -> torch.Tenso
     return mask[None, None]
 
 
+def tree_forward_kwargs(proposal: Proposal, past: int, dtype: torch.dtype, device) -> dict:
+    """Position ids and attention mask of a verification forward over [root, nodes...] after
+    `past` cached positions; none for a chain (the model's own causal layout)."""
+    if proposal.is_chain:
+        return {}
+    depths = torch.tensor([0, *proposal.depths], device=device)
+    return {
+        "position_ids": (past + depths)[None],
+        "attention_mask": _tree_mask(proposal, past, dtype).to(device),
+    }
+
+
 class SpeculativeGenerator:
     """Generates with a target model and an optional proposer (None = target-only decoding)."""
 
@@ -307,11 +319,7 @@ class SpeculativeGenerator:
         return [proposal.tokens[node] for node in accepted] + [next_token]
 
     def _dynamic_verify(self, input_ids, proposal, cache, past) -> torch.Tensor:
-        kwargs = {}
-        if not proposal.is_chain:
-            depths = torch.tensor([0, *proposal.depths], device=self.device)
-            kwargs["position_ids"] = (past + depths)[None]
-            kwargs["attention_mask"] = _tree_mask(proposal, past, self.target.dtype).to(self.device)
+        kwargs = tree_forward_kwargs(proposal, past, self.target.dtype, self.device)
         out = self.target(input_ids=input_ids, **cache_kwargs(self.target, cache), **kwargs)
         return out.logits[0]
 
