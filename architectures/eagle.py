@@ -420,8 +420,8 @@ class DraftCache:
 def build_eagle(config: EagleConfig, target, draft_vocab_size: int | None = None) -> EagleDrafter:
     """A fresh drafter for `target` (a `TargetAdapter`), checked against it at build time.
 
-    The layers must exist in the target, and EAGLE-3's lm_head starts from the target's rows
-    of its draft vocabulary (installed later by `set_vocab_map`, so it starts from all rows).
+    The layers must exist in the target. EAGLE-3's head is started from the target's by
+    `init_draft_head` once `set_vocab_map` has installed the draft vocabulary.
     """
     layers = config.resolved_layers(target.num_layers)
     target.check_layer_indices(layers)
@@ -435,13 +435,24 @@ def build_eagle(config: EagleConfig, target, draft_vocab_size: int | None = None
     return drafter
 
 
-def init_draft_head(drafter: EagleDrafter, target_lm_head: nn.Module) -> None:
-    """EAGLE-3: start the draft lm_head from the target's rows of the draft vocabulary."""
+def init_draft_head(drafter: EagleDrafter, target) -> None:
+    """EAGLE-3: start `norm` and `lm_head` as the target's head on the draft vocabulary.
+
+    `target` is a `TargetAdapter`. The final norm's weight is copied with the lm_head rows, so
+    the untrained head gives the target's logits over the draft vocabulary for any state.
+    """
     if drafter.kind != "eagle3":
         return
     ids = torch.nonzero(drafter.t2d, as_tuple=True)[0]
+    norm_weight = getattr(target.final_norm, "weight", None)
+    if norm_weight is None or norm_weight.shape != drafter.norm.weight.shape:
+        raise TargetError(
+            f"{type(target.final_norm).__name__}: the target's final norm has no weight of shape "
+            f"{tuple(drafter.norm.weight.shape)} to start the draft head from"
+        )
     with torch.no_grad():
-        drafter.lm_head.weight.copy_(target_lm_head.weight[ids].to(drafter.lm_head.weight))
+        drafter.lm_head.weight.copy_(target.lm_head.weight[ids].to(drafter.lm_head.weight))
+        drafter.norm.weight.copy_(norm_weight.to(drafter.norm.weight))
 
 
 def load_eagle(path: Path, target, dtype: torch.dtype = torch.float32) -> EagleDrafter:

@@ -160,7 +160,7 @@ def run(recipe: EagleRecipe) -> TrainResult:
         if drafter.kind == "eagle3":
             d2t, t2d, covered = _draft_vocab(recipe, dataset, vocab)
             drafter.set_vocab_map(d2t, t2d)
-            init_draft_head(drafter, target.lm_head)
+            init_draft_head(drafter, target)
             logger.info(
                 "draft vocabulary: %d of %d tokens, covering %.4f of supervised tokens",
                 drafter.draft_vocab_size,

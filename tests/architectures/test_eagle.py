@@ -111,3 +111,23 @@ def test_vocab_map_round_trips():
     d2t, t2d = build_vocab_map(torch.tensor([5, 0, 2, 0, 1, 9]), 3)
     assert t2d.tolist() == [True, False, True, False, False, True]
     assert (torch.arange(3) + d2t).tolist() == [0, 2, 5]
+
+
+def test_untrained_eagle3_head_is_the_targets_head_on_the_draft_vocabulary():
+    """`init_draft_head` copies the final norm with the lm_head rows: for any state the draft
+    logits equal the target's logits at the draft vocabulary's tokens."""
+    from draftzoo.architectures.eagle import init_draft_head
+
+    target = tiny_target()
+    with torch.no_grad():
+        target.final_norm.weight.uniform_(0.5, 2.0)  # a trained-looking norm, not ones
+    drafter = build_eagle(EagleConfig(kind="eagle3", draft_vocab_size=40), target)
+    counts = torch.zeros(97)
+    counts[torch.randperm(97)[:40]] = torch.arange(40, 0, -1).float()
+    d2t, t2d = build_vocab_map(counts, 40)
+    drafter.set_vocab_map(d2t, t2d)
+    init_draft_head(drafter, target)
+    hidden = torch.randn(3, 5, 64)
+    with torch.no_grad():
+        expected = target.lm_head(target.final_norm(hidden))[..., t2d]
+        torch.testing.assert_close(drafter.logits(hidden), expected)

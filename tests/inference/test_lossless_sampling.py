@@ -105,7 +105,7 @@ def _eagle3(target, tree: bool):
     t2d = torch.zeros(VOCAB, dtype=torch.bool)
     t2d[kept] = True
     drafter.set_vocab_map(kept - torch.arange(4), t2d)
-    init_draft_head(drafter, adapter.lm_head)
+    init_draft_head(drafter, adapter)
     # the tree: 2 sampled children per node, the 3 best nodes of each depth expanded (3 of
     # the 4 nodes at depth 2 get children), 12 tokens
     tree_settings = TreeSettings(top_k=3, depth=3, total_tokens=12, sampled_children=2)
