@@ -3,6 +3,7 @@ exactly; with the shipped EAGLE-3, EAGLE-2 trees are accepted further than chain
 
 from __future__ import annotations
 
+import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -17,9 +18,14 @@ from draftzoo.inference.sampling import SamplingParams
 from draftzoo.train.testbed import committed_testbed_dir
 
 
-def test_committed_draft_lm_is_lossless_and_accepted():
+@pytest.fixture(scope="module")
+def target() -> TargetAdapter:
+    """The shipped testbed-small target."""
+    return TargetAdapter.from_pretrained(committed_testbed_dir())
+
+
+def test_committed_draft_lm_is_lossless_and_accepted(target):
     drafter = ZooIndex(builtin_zoo_dir()).folder("draft-lm-testbed-small")
-    target = TargetAdapter.from_pretrained(committed_testbed_dir())
     record = check_drafter_target(drafter, target.fingerprint())
     assert record["family"] == "draft_lm" and record["recipe"]["distill"]["loss"] == "fkl"
     draft = AutoModelForCausalLM.from_pretrained(drafter, dtype=torch.float32)
@@ -37,11 +43,10 @@ def test_committed_draft_lm_is_lossless_and_accepted():
     assert tokens / forwards > 1.5  # the draft is really accepted
 
 
-def test_committed_eagle3_trees_beat_chains_losslessly():
+def test_committed_eagle3_trees_beat_chains_losslessly(target):
     """Greedy, 5 HumanEval prompts: chain tau 3.12, the CPU-sized tree 3.43, the default tree
     4.07 when this was written; every output equals target-only decoding."""
     drafter = ZooIndex(builtin_zoo_dir()).folder("eagle3-testbed-small")
-    target = TargetAdapter.from_pretrained(committed_testbed_dir())
     plain = SpeculativeGenerator(target.model, target.tokenizer)
     params = SamplingParams(max_new_tokens=48)
     texts = [p.render(target.tokenizer, chat=True) for p in humaneval_prompts()[:5]]
