@@ -1,0 +1,88 @@
+"""EAGLE drafters side by side by teacher-forced acceptance, without speculative decoding.
+
+    python bench/teacher_forced_bench.py --eagle1 recipes/zoo/eagle1-testbed-small \
+        --eagle3 recipes/zoo/eagle3-testbed-small --prompt-set humaneval --prompts 20 \
+        --temperatures 0 1
+
+The target decodes each prompt alone (chat-rendered, seed = prompt index, as in
+`drafter_bench.py`); every drafter is then scored on every position of those sequences
+(`draftzoo.eval.teacher_forced`). Printed per drafter and temperature: the estimated tau of a
+--steps chain, the acceptance estimate of each draft step, the target's mean probability on
+tokens the drafter cannot propose (an EAGLE-3 drafter's pruned vocabulary), and the step
+acceptances counting only tokens that every compared drafter can propose, which separates what
+a pruned vocabulary costs from how well a drafter predicts inside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from draftzoo.architectures.eagle import load_eagle
+from draftzoo.architectures.target import TargetAdapter
+from draftzoo.data.prompts import load_prompt_set
+from draftzoo.eval.teacher_forced import proposable, target_sequences, teacher_forced_scores
+from draftzoo.inference.sampling import SamplingParams
+from draftzoo.train.testbed import committed_testbed_dir
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--target", default=str(committed_testbed_dir()))
+    parser.add_argument("--eagle1", action="append", default=[], help="EAGLE-1 folder (repeatable)")
+    parser.add_argument("--eagle3", action="append", default=[], help="EAGLE-3 folder (repeatable)")
+    parser.add_argument("--prompt-set", default="humaneval", help="humaneval or stdlib-heldout")
+    parser.add_argument("--prompts", type=int, default=20)
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--temperatures", type=float, nargs="+", default=[0.0, 1.0])
+    parser.add_argument("--steps", type=int, default=4, help="draft steps (chain length)")
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = default)")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+
+    tokenizer = AutoTokenizer.from_pretrained(args.target)
+    target = AutoModelForCausalLM.from_pretrained(args.target, dtype=torch.float32).eval()
+    adapter = TargetAdapter(target, tokenizer)
+    drafters = {}
+    for kind, folders in (("EAGLE-1", args.eagle1), ("EAGLE-3", args.eagle3)):
+        for folder in folders:
+            label = kind if len(folders) == 1 else f"{kind} {Path(folder).name}"
+            drafters[label] = load_eagle(Path(folder), adapter)
+    if not drafters:
+        parser.error("give at least one --eagle1 or --eagle3 drafter")
+    common = torch.stack([proposable(d) for d in drafters.values()]).all(0)
+    prompts = [p.render(tokenizer, chat=True) for p in load_prompt_set(args.prompt_set)]
+    prompts = prompts[: args.prompts]
+    print(
+        f"{len(prompts)} {args.prompt_set} prompts, {args.max_new_tokens} new tokens decoded by "
+        f"the target, {args.steps} draft steps; common vocabulary {int(common.sum())} of "
+        f"{len(common)} tokens; {torch.get_num_threads()} threads"
+    )
+    width = max(16, *(len(name) for name in drafters))
+    for temperature in args.temperatures:
+        params = SamplingParams(temperature=temperature, max_new_tokens=args.max_new_tokens)
+        sequences = target_sequences(target, tokenizer, prompts, params)
+        print(f"\nT = {temperature:g}")
+        print(
+            f"{'drafter':{width}} {'tau':>5} {'positions':>9} {'outside':>8}  "
+            "acceptance per step | inside the common vocabulary"
+        )
+        for name, drafter in drafters.items():
+            scores = teacher_forced_scores(drafter, adapter, sequences, params, args.steps)
+            inside = teacher_forced_scores(
+                drafter, adapter, sequences, params, args.steps, within=common
+            )
+            steps = " ".join(f"{a:.3f}" for a in scores.acceptance)
+            steps_inside = " ".join(f"{a:.3f}" for a in inside.acceptance)
+            print(
+                f"{name:{width}} {scores.tau:5.2f} {scores.positions:9d} "
+                f"{scores.outside_mass:8.3f}  {steps} | {steps_inside}"
+            )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,140 @@
+"""Teacher-forced acceptance of an EAGLE drafter: per draft step, without speculative decoding.
+
+    python bench/teacher_forced_bench.py --eagle1 DIR --eagle3 DIR --prompts 20
+
+On a sequence the target generated, the drafter unrolls `steps` draft steps at every position,
+as chain drafting would if each of its drafts had been the sequence's next token (the
+training-time-test unroll over the drafter's own outputs; the distributions are the chain's,
+which the tests check). Step j at position t is scored by sum_x min(p(x), q(x)), p and q the
+target's and the drafter's sampling distributions under the same `SamplingParams`: at T > 0
+the probability that a token drafted from q passes the rejection test, at T = 0 (one-hot p and
+q) whether the greedy draft is accepted.
+
+Given that steps before j were accepted, the drafts are the sequence's tokens, so the mean
+score of step j estimates the conditional acceptance rate a_j and tau ~ 1 + sum_j prod_{i<=j}
+a_i. At T = 0 on the target's greedy output that condition is exact; at T > 0 it is an estimate
+(accepted drafts follow min(p, q) renormalised, the sequence follows p). Every position of every
+sequence counts, from one target forward per sequence, so drafters compare on far more
+positions than decoding visits, and with no timing noise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..architectures.eagle import EagleDrafter
+from ..architectures.target import TargetAdapter
+from ..inference.sampling import SamplingParams, probabilities
+
+
+@dataclass(frozen=True)
+class TeacherForcedScores:
+    """Mean scores over every scored position of every sequence."""
+
+    acceptance: list[float]  # a_j per draft step: mean sum_x min(p, q)
+    outside_mass: float  # mean target probability of tokens the drafter cannot propose
+    positions: int  # positions scored per step
+
+    @property
+    def tau(self) -> float:
+        """1 + sum_j prod_{i<=j} a_i: the acceptance length of a chain of len(acceptance)."""
+        tau, survive = 1.0, 1.0
+        for rate in self.acceptance:
+            survive *= rate
+            tau += survive
+        return tau
+
+
+def proposable(drafter: EagleDrafter) -> torch.Tensor:
+    """[vocab] bool: the target ids the drafter can propose (EAGLE-3: its draft vocabulary)."""
+    if drafter.kind == "eagle3":
+        return drafter.t2d.bool()
+    return torch.ones(
+        drafter.fields["vocab_size"], dtype=torch.bool, device=drafter.fc.weight.device
+    )
+
+
+@torch.no_grad()
+def unrolled_distributions(
+    drafter: EagleDrafter,
+    adapter: TargetAdapter,
+    ids: torch.Tensor,  # [1, s] a token sequence
+    params: SamplingParams,
+    steps: int,
+) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """(p [s, vocab], [q_j [s, vocab] for j < steps]) under `params`: p[i] is the target's
+    distribution of x_{i+1}; q_j[t] the drafter's for x_{t+2+j} at draft step j from position
+    t, when the drafts of steps < j were x_{t+2}..x_{t+1+j}. Rows past the sequence are junk."""
+    vocab = drafter.fields["vocab_size"]
+    index = {layer: i for i, layer in enumerate(sorted({*drafter.layers, adapter.num_layers}))}
+    out = adapter(ids, hidden_indices=list(index))
+    p = probabilities(out.logits[0], params)
+    dtype = drafter.fc.weight.dtype
+    states = torch.cat([out.hidden_states[layer].to(dtype) for layer in drafter.layers], dim=-1)
+    s = ids.shape[1]
+    allowed = torch.ones(s, s, dtype=torch.bool, device=ids.device).tril()[None, None]
+    positions = torch.arange(s, device=ids.device)[None]
+    outputs = drafter.ttt_unroll(ids, drafter.fuse(states), positions, allowed, steps)
+    target_ids = drafter.to_target_ids(torch.arange(drafter.draft_vocab_size, device=ids.device))
+    qs = []
+    for hidden in outputs:
+        q_draft = probabilities(drafter.logits(hidden[0]), params)
+        q = torch.zeros(s, vocab, dtype=q_draft.dtype, device=q_draft.device)
+        q[:, target_ids] = q_draft
+        qs.append(q)
+    return p, qs
+
+
+def target_sequences(
+    target, tokenizer, prompts: list[str], params: SamplingParams
+) -> list[tuple[list[int], int]]:
+    """(prompt + continuation ids, prompt length) per prompt, decoded target-only by the
+    runtime under `params`; prompt i samples with seed `params.seed + i` (or i when unset)."""
+    from dataclasses import replace
+
+    from ..inference.generate import SpeculativeGenerator
+
+    generator = SpeculativeGenerator(target, tokenizer)
+    sequences = []
+    for i, prompt in enumerate(prompts):
+        prompt_ids = tokenizer(prompt, add_special_tokens=False).input_ids
+        seeded = replace(params, seed=(params.seed or 0) + i)
+        out = generator.generate(prompt_ids, seeded)
+        sequences.append((prompt_ids + out.token_ids, len(prompt_ids)))
+    return sequences
+
+
+def teacher_forced_scores(
+    drafter: EagleDrafter,
+    adapter: TargetAdapter,
+    sequences: list[tuple[list[int], int]],  # (token ids, prompt length)
+    params: SamplingParams,
+    steps: int = 4,
+    within: torch.Tensor | None = None,  # [vocab] bool: count only these tokens' overlap
+) -> TeacherForcedScores:
+    """Per-step acceptance over the generated part of each sequence: every position t from
+    the last prompt token's predecessor on whose `steps` drafts all lie inside the sequence.
+    `within` restricts the overlap to a token set (e.g. another drafter's vocabulary)."""
+    device = drafter.fc.weight.device
+    can_propose = proposable(drafter).to(device)
+    sums, outside, count = [0.0] * steps, 0.0, 0
+    for tokens, prompt_length in sequences:
+        if prompt_length < 2:
+            raise ValueError("a scored sequence needs a prompt of at least two tokens")
+        ids = torch.tensor([tokens], device=device)
+        p, qs = unrolled_distributions(drafter, adapter, ids, params, steps)
+        ts = torch.arange(prompt_length - 2, len(tokens) - steps, device=device)
+        if not len(ts):
+            continue
+        for j, q in enumerate(qs):
+            overlap = torch.minimum(p[ts + 1 + j], q[ts])
+            if within is not None:
+                overlap = overlap * within.to(device)
+            sums[j] += float(overlap.sum())
+        outside += float(p[ts + 1][:, ~can_propose].sum())
+        count += len(ts)
+    if not count:
+        raise ValueError(f"no sequence is long enough to score {steps} draft steps")
+    return TeacherForcedScores([total / count for total in sums], outside / count, count)

@@ -1,0 +1,133 @@
+"""Teacher-forced acceptance: its distributions are the chain's, and its scores add up."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from draftzoo.architectures.eagle import load_eagle
+from draftzoo.architectures.target import TargetAdapter
+from draftzoo.eval.teacher_forced import (
+    proposable,
+    target_sequences,
+    teacher_forced_scores,
+    unrolled_distributions,
+)
+from draftzoo.inference.eagle import EagleProposer
+from draftzoo.inference.generate import SpeculativeGenerator
+from draftzoo.inference.sampling import SamplingParams
+from draftzoo.train.eagle import run
+from tests.inference.test_batch import PROMPTS
+from tests.train.helpers import tiny_eagle_recipe, write_chat_jsonl
+
+STEPS = 3
+
+
+@pytest.fixture(scope="module")
+def drafters(testbed_tiny, tmp_path_factory) -> dict[str, Path]:
+    """EAGLE-1, and EAGLE-3 on a pruned 128-token draft vocabulary, trained 20 real steps."""
+    root = tmp_path_factory.mktemp("teacher-forced")
+    chat = write_chat_jsonl(root / "chat.jsonl", 24)
+    train = {"max_steps": 20, "lr": 5e-3, "warmup_steps": 2, "checkpoint_every": 100}
+    out = {}
+    for kind, eagle in (
+        ("eagle1", {"kind": "eagle1"}),
+        ("eagle3", {"kind": "eagle3", "draft_vocab_size": 128}),
+    ):
+        recipe = tiny_eagle_recipe(root / kind, testbed_tiny[0], chat, eagle=eagle, train=train)
+        run(recipe)
+        out[kind] = Path(recipe.output_dir)
+    return out
+
+
+class Recorder:
+    """A proposer that records every round's context and proposal."""
+
+    def __init__(self, inner: EagleProposer) -> None:
+        self.inner, self.rounds = inner, []
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def propose(self, context, max_tokens, params, generator):
+        proposal = self.inner.propose(context, max_tokens, params, generator)
+        self.rounds.append((list(context), proposal))
+        return proposal
+
+
+@pytest.mark.parametrize("kind", ["eagle1", "eagle3"])
+def test_unrolled_distributions_are_the_chains(drafters, tiny_target_model, kind):
+    """Every sampled chain round's q_j equals the unroll's at the round's position, on the
+    sequence continued by that round's drafts."""
+    model, tokenizer, _ = tiny_target_model
+    adapter = TargetAdapter(model, tokenizer)
+    drafter = load_eagle(drafters[kind], adapter)
+    recorder = Recorder(EagleProposer(drafter))
+    generator = SpeculativeGenerator(model, tokenizer, recorder, STEPS)
+    for seed, prompt in enumerate(PROMPTS):
+        generator.generate(prompt, SamplingParams(temperature=1.0, max_new_tokens=32, seed=seed))
+    params = SamplingParams(temperature=1.0)
+    full = [(c, p) for c, p in recorder.rounds if len(p.tokens) == STEPS]
+    assert len(full) >= 3
+    for context, proposal in full:
+        ids = torch.tensor([context + proposal.tokens])
+        _, qs = unrolled_distributions(drafter, adapter, ids, params, STEPS)
+        t = len(context) - 2
+        for j in range(STEPS):
+            torch.testing.assert_close(qs[j][t], proposal.draft_probs[j], atol=2e-5, rtol=1e-4)
+
+
+def test_scores_add_up_and_pruned_tokens_are_outside(drafters, tiny_target_model):
+    model, tokenizer, _ = tiny_target_model
+    adapter = TargetAdapter(model, tokenizer)
+    e1 = load_eagle(drafters["eagle1"], adapter)
+    e3 = load_eagle(drafters["eagle3"], adapter)
+    assert int(proposable(e3).sum()) == 128 and bool(proposable(e1).all())
+    for temperature in (0.0, 1.0):
+        params = SamplingParams(temperature=temperature, max_new_tokens=20, seed=0)
+        sequences = target_sequences(model, tokenizer, PROMPTS[:2], params)
+        scored = sum(len(ids) - STEPS - (n - 2) for ids, n in sequences)
+        full = teacher_forced_scores(e1, adapter, sequences, params, STEPS)
+        inside = teacher_forced_scores(e1, adapter, sequences, params, STEPS, proposable(e3))
+        pruned = teacher_forced_scores(e3, adapter, sequences, params, STEPS)
+        assert full.positions == pruned.positions == scored
+        assert full.outside_mass == 0.0
+        # at T = 1 every token has some target mass; at T = 0 only the greedy token does
+        assert (0.0 < pruned.outside_mass < 1.0) if temperature else pruned.outside_mass >= 0.0
+        for a, b, c in zip(full.acceptance, inside.acceptance, pruned.acceptance, strict=True):
+            assert 0.0 <= b <= a <= 1.0 and 0.0 <= c <= 1.0 - pruned.outside_mass + 1e-6
+        # a pruned drafter's overlap is its overlap inside its own vocabulary
+        again = teacher_forced_scores(e3, adapter, sequences, params, STEPS, proposable(e3))
+        assert again.acceptance == pytest.approx(pruned.acceptance)
+        a0, a1, a2 = full.acceptance
+        assert full.tau == pytest.approx(1 + a0 + a0 * a1 + a0 * a1 * a2)
+
+
+def test_greedy_scores_count_agreeing_argmaxes(drafters, tiny_target_model):
+    """At T = 0 step 0 scores the share of positions where the drafter's argmax is the
+    target's next greedy token, counted here directly from the drafter's logits."""
+    model, tokenizer, _ = tiny_target_model
+    adapter = TargetAdapter(model, tokenizer)
+    drafter = load_eagle(drafters["eagle3"], adapter)
+    params = SamplingParams(temperature=0.0, max_new_tokens=20)
+    sequences = target_sequences(model, tokenizer, PROMPTS[:2], params)
+    hits = total = 0
+    for tokens, n in sequences:
+        ids = torch.tensor([tokens])
+        out = adapter(ids, hidden_indices=sorted({*drafter.layers, adapter.num_layers}))
+        states = torch.cat([out.hidden_states[k] for k in drafter.layers], dim=-1)
+        s = len(tokens)
+        allowed = torch.ones(s, s, dtype=torch.bool).tril()[None, None]
+        with torch.no_grad():
+            (hidden,) = drafter.ttt_unroll(
+                ids, drafter.fuse(states), torch.arange(s)[None], allowed, 1
+            )
+            drafts = drafter.to_target_ids(drafter.logits(hidden[0]).argmax(-1))
+        for t in range(n - 2, s - 1):
+            hits += int(drafts[t] == out.logits[0, t + 1].argmax())
+            total += 1
+    scores = teacher_forced_scores(drafter, adapter, sequences, params, 1)
+    assert scores.positions == total
+    assert scores.acceptance[0] == pytest.approx(hits / total)
