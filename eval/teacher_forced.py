@@ -27,6 +27,7 @@ import torch
 from ..architectures.eagle import EagleDrafter
 from ..architectures.target import TargetAdapter
 from ..inference.sampling import SamplingParams, probabilities
+from ..train.eagle_losses import simulated_acceptance_length
 
 
 @dataclass(frozen=True)
@@ -34,17 +35,13 @@ class TeacherForcedScores:
     """Mean scores over every scored position of every sequence."""
 
     acceptance: list[float]  # a_j per draft step: mean sum_x min(p, q)
-    outside_mass: float  # mean target probability of tokens the drafter cannot propose
+    outside_mass: float  # first step: mean target probability of tokens it cannot propose
     positions: int  # positions scored per step
 
     @property
     def tau(self) -> float:
         """1 + sum_j prod_{i<=j} a_i: the acceptance length of a chain of len(acceptance)."""
-        tau, survive = 1.0, 1.0
-        for rate in self.acceptance:
-            survive *= rate
-            tau += survive
-        return tau
+        return simulated_acceptance_length(self.acceptance)
 
 
 def proposable(drafter: EagleDrafter) -> torch.Tensor:
@@ -68,8 +65,7 @@ def unrolled_distributions(
     distribution of x_{i+1}; q_j[t] the drafter's for x_{t+2+j} at draft step j from position
     t, when the drafts of steps < j were x_{t+2}..x_{t+1+j}. Rows past the sequence are junk."""
     vocab = drafter.fields["vocab_size"]
-    index = {layer: i for i, layer in enumerate(sorted({*drafter.layers, adapter.num_layers}))}
-    out = adapter(ids, hidden_indices=list(index))
+    out = adapter(ids, hidden_indices=sorted({*drafter.layers, adapter.num_layers}))
     p = probabilities(out.logits[0], params)
     dtype = drafter.fc.weight.dtype
     states = torch.cat([out.hidden_states[layer].to(dtype) for layer in drafter.layers], dim=-1)
