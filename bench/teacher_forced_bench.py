@@ -4,8 +4,8 @@
         --eagle3 recipes/zoo/eagle3-testbed-small --prompt-set humaneval --prompts 20 \
         --temperatures 0 1
 
-The target decodes each prompt alone (chat-rendered, seed = prompt index, as in
-`drafter_bench.py`); every drafter is then scored on every position of those sequences
+The target decodes each prompt alone (chat-rendered; prompt i samples with seed i at T > 0);
+every drafter is then scored on every position of those sequences
 (`draftzoo.eval.teacher_forced`). Printed per drafter and temperature: the estimated tau of a
 --steps chain, the acceptance estimate of each draft step, the target's mean probability on
 tokens the drafter cannot propose (an EAGLE-3 drafter's pruned vocabulary), and the step
