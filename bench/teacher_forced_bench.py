@@ -72,12 +72,9 @@ def main() -> None:
             "acceptance per step | inside the common vocabulary"
         )
         for name, drafter in drafters.items():
-            scores = teacher_forced_scores(drafter, adapter, sequences, params, args.steps)
-            inside = teacher_forced_scores(
-                drafter, adapter, sequences, params, args.steps, within=common
-            )
+            scores = teacher_forced_scores(drafter, adapter, sequences, params, args.steps, common)
             steps = " ".join(f"{a:.3f}" for a in scores.acceptance)
-            steps_inside = " ".join(f"{a:.3f}" for a in inside.acceptance)
+            steps_inside = " ".join(f"{a:.3f}" for a in scores.within)
             print(
                 f"{name:{width}} {scores.tau:5.2f} {scores.positions:9d} "
                 f"{scores.outside_mass:8.3f}  {steps} | {steps_inside}"

@@ -37,6 +37,8 @@ class TeacherForcedScores:
     acceptance: list[float]  # a_j per draft step: mean sum_x min(p, q)
     outside_mass: float  # first step: mean target probability of tokens it cannot propose
     positions: int  # positions scored per step
+    #: a_j counting only the overlap on the `within` tokens given to `teacher_forced_scores`
+    within: list[float] | None = None
 
     @property
     def tau(self) -> float:
@@ -108,14 +110,16 @@ def teacher_forced_scores(
     sequences: list[tuple[list[int], int]],  # (token ids, prompt length)
     params: SamplingParams,
     steps: int = 4,
-    within: torch.Tensor | None = None,  # [vocab] bool: count only these tokens' overlap
+    within: torch.Tensor | None = None,  # [vocab] bool: also score only these tokens' overlap
 ) -> TeacherForcedScores:
     """Per-step acceptance over the generated part of each sequence: every position t from
     the last prompt token's predecessor on whose `steps` drafts all lie inside the sequence.
-    `within` restricts the overlap to a token set (e.g. another drafter's vocabulary)."""
+    With `within` (e.g. another drafter's vocabulary), the same pass also scores the overlap
+    on those tokens only."""
     device = drafter.fc.weight.device
     can_propose = proposable(drafter).to(device)
-    sums, outside, count = [0.0] * steps, 0.0, 0
+    keep = None if within is None else within.to(device)
+    sums, sums_within, outside, count = [0.0] * steps, [0.0] * steps, 0.0, 0
     for tokens, prompt_length in sequences:
         if prompt_length < 2:
             raise ValueError("a scored sequence needs a prompt of at least two tokens")
@@ -126,11 +130,16 @@ def teacher_forced_scores(
             continue
         for j, q in enumerate(qs):
             overlap = torch.minimum(p[ts + 1 + j], q[ts])
-            if within is not None:
-                overlap = overlap * within.to(device)
             sums[j] += float(overlap.sum())
+            if keep is not None:
+                sums_within[j] += float(overlap[:, keep].sum())
         outside += float(p[ts + 1][:, ~can_propose].sum())
         count += len(ts)
     if not count:
         raise ValueError(f"no sequence is long enough to score {steps} draft steps")
-    return TeacherForcedScores([total / count for total in sums], outside / count, count)
+    return TeacherForcedScores(
+        [total / count for total in sums],
+        outside / count,
+        count,
+        None if keep is None else [total / count for total in sums_within],
+    )

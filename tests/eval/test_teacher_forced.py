@@ -89,18 +89,22 @@ def test_scores_add_up_and_pruned_tokens_are_outside(drafters, tiny_target_model
         params = SamplingParams(temperature=temperature, max_new_tokens=20, seed=0)
         sequences = target_sequences(model, tokenizer, PROMPTS[:2], params)
         scored = sum(len(ids) - STEPS - (n - 2) for ids, n in sequences)
-        full = teacher_forced_scores(e1, adapter, sequences, params, STEPS)
-        inside = teacher_forced_scores(e1, adapter, sequences, params, STEPS, proposable(e3))
-        pruned = teacher_forced_scores(e3, adapter, sequences, params, STEPS)
+        full = teacher_forced_scores(e1, adapter, sequences, params, STEPS, proposable(e3))
+        pruned = teacher_forced_scores(e3, adapter, sequences, params, STEPS, proposable(e3))
         assert full.positions == pruned.positions == scored
         assert full.outside_mass == 0.0
-        # at T = 1 every token has some target mass; at T = 0 only the greedy token does
-        assert (0.0 < pruned.outside_mass < 1.0) if temperature else pruned.outside_mass >= 0.0
-        for a, b, c in zip(full.acceptance, inside.acceptance, pruned.acceptance, strict=True):
+        if temperature:  # every token has some target mass
+            assert 0.0 < pruned.outside_mass < 1.0
+        else:  # the target's mass is all on the sequence's next token, its greedy choice
+            t2d = proposable(e3)
+            # step 0 from position t predicts x_{t+2}, t = n - 2 .. len - 1 - STEPS
+            outside = [not t2d[x] for ids, n in sequences for x in ids[n : len(ids) - STEPS + 2]]
+            assert len(outside) == scored
+            assert pruned.outside_mass == pytest.approx(sum(outside) / scored)
+        for a, b, c in zip(full.acceptance, full.within, pruned.acceptance, strict=True):
             assert 0.0 <= b <= a <= 1.0 and 0.0 <= c <= 1.0 - pruned.outside_mass + 1e-6
         # a pruned drafter's overlap is its overlap inside its own vocabulary
-        again = teacher_forced_scores(e3, adapter, sequences, params, STEPS, proposable(e3))
-        assert again.acceptance == pytest.approx(pruned.acceptance)
+        assert pruned.within == pytest.approx(pruned.acceptance)
         a0, a1, a2 = full.acceptance
         assert full.tau == pytest.approx(1 + a0 + a0 * a1 + a0 * a1 * a2)
 
