@@ -49,6 +49,9 @@ class EagleConfig:
     ttt_steps: int = 7  # EAGLE-3 training-time-test unroll length (1 = plain training)
     ttt_decay: float = 0.8  # weight of TTT step j is ttt_decay ** j
     feature_noise: float = 0.0  # uniform noise amplitude added to input features in training
+    #: EAGLE-3 only, off as published: weight of an auxiliary loss pulling each TTT step's
+    #: output toward the fused target state the next step would read there (both RMS-normalised)
+    feature_weight: float = 0.0
     #: a bias on `fc` (EAGLE-1's reference code has one; vLLM's EAGLE-1 loader has none and
     #: would drop it, so the default is off)
     fc_bias: bool = False
@@ -68,6 +71,12 @@ class EagleConfig:
             raise ValueError("eagle.ttt_decay must be in (0, 1]")
         if self.feature_noise < 0:
             raise ValueError("eagle.feature_noise must be >= 0")
+        if self.feature_weight < 0:
+            raise ValueError("eagle.feature_weight must be >= 0")
+        if self.kind == "eagle1" and self.feature_weight:
+            raise ValueError(
+                "eagle.feature_weight is EAGLE-3 only (EAGLE-1 always regresses the next feature)"
+            )
 
     def resolved_layers(self, num_target_layers: int) -> tuple[int, ...]:
         """The HF indices this drafter reads from a target with `num_target_layers` layers."""

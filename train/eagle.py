@@ -107,14 +107,28 @@ def _loss_sums(recipe, drafter, module, target, states, batch):
     final = states[target.num_layers]
     logits = target_logits(target, final)
     config = recipe.eagle
-    fused = torch.cat([states[layer] for layer in module.layers], dim=-1)
-    fused = noisy(fused.to(module.fc.weight.dtype), config.feature_noise, drafter.training)
+    clean = torch.cat([states[layer] for layer in module.layers], dim=-1)
+    clean = clean.to(module.fc.weight.dtype)
+    fused = noisy(clean, config.feature_noise, drafter.training)
     select = [real_positions(batch, 2 + j) for j in range(config.ttt_steps)]
     allowed = attention_allowed(batch)
     outputs = drafter(batch.input_ids, fused, batch.position_ids, allowed, select)
     if config.kind == "eagle1":
         return eagle1_loss_sums(outputs, select[0], final, logits)
-    return eagle3_loss_sums(outputs, select, logits, module.d2t, module.t2d, config.ttt_decay)
+    g0 = None
+    if config.feature_weight:
+        with torch.no_grad():
+            g0 = module.fuse(clean)
+    return eagle3_loss_sums(
+        outputs,
+        select,
+        logits,
+        module.d2t,
+        module.t2d,
+        config.ttt_decay,
+        fused=g0,
+        feature_weight=config.feature_weight,
+    )
 
 
 def _draft_vocab(recipe, dataset, vocab_size: int):

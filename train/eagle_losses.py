@@ -9,7 +9,9 @@ EAGLE-3 with training-time test: step j (0..k-1) reads x_{t+1+j} and the layer's
 step j-1 at t, sees step-0 keys causally and its own position's keys of steps 1..j, and is
 scored by weight^j x soft CE over the draft vocabulary against p_{t+1+j} renormalised over it;
 positions whose target argmax lies outside the draft vocabulary carry no loss (their
-accuracy counts as a miss).
+accuracy counts as a miss). Opt-in (`eagle.feature_weight` w): + w x weight^j x SmoothL1 between
+step j's output at t and the fused target state g_{t+1+j} (what step 0 reads where step j + 1
+reads x_{t+2+j}), both RMS-normalised and the latter detached.
 """
 
 from __future__ import annotations
@@ -85,6 +87,15 @@ def eagle1_loss_sums(
     return loss, stats
 
 
+def feature_alignment(hidden: torch.Tensor, wanted: torch.Tensor) -> torch.Tensor:
+    """Per row: SmoothL1 between RMS-normalised `hidden` and RMS-normalised `wanted`."""
+    return F.smooth_l1_loss(
+        F.rms_norm(hidden.float(), hidden.shape[-1:]),
+        F.rms_norm(wanted.float(), wanted.shape[-1:]),
+        reduction="none",
+    ).mean(-1)
+
+
 def eagle3_loss_sums(
     outputs: list[tuple[torch.Tensor, torch.Tensor]],  # the drafter's forward, per TTT step
     select: list[torch.Tensor],  # per step, [b, s] bool: the positions of outputs[j]
@@ -92,21 +103,34 @@ def eagle3_loss_sums(
     d2t: torch.Tensor,  # [draft vocab] target id offsets
     t2d: torch.Tensor,  # [V] bool: target ids in the draft vocabulary
     decay: float,
+    fused: torch.Tensor | None = None,  # [b, s, h] step 0's fused states, for the aux loss
+    feature_weight: float = 0.0,
 ) -> tuple[torch.Tensor, Stats]:
-    """Summed sum_j decay^j x soft CE over the draft vocabulary; per-step top-1 accuracy."""
+    """Summed sum_j decay^j x (soft CE over the draft vocabulary + `feature_weight` x feature
+    alignment to `fused`, detached); per-step top-1 accuracy."""
+    if feature_weight and fused is None:
+        raise ValueError("feature_weight needs the fused states")
     loss = torch.zeros((), device=target_logits.device)
     stats: Stats = {}
-    for j, ((_, logits), real) in enumerate(zip(outputs, select, strict=True)):
+    aligned = torch.zeros((), device=target_logits.device)
+    for j, ((hidden, logits), real) in enumerate(zip(outputs, select, strict=True)):
         target = ahead(target_logits, 1 + j, real).float()
         wanted = target.argmax(-1)
         in_vocab = t2d[wanted]
         probs = torch.softmax(target[:, t2d], dim=-1)
         ce = soft_ce(logits, probs)
         loss = loss + (decay**j) * ce[in_vocab].sum()
+        if feature_weight:
+            alignment = feature_alignment(hidden, ahead(fused, 1 + j, real).detach()).sum()
+            loss = loss + feature_weight * (decay**j) * alignment
+            aligned = aligned + alignment.detach()
         with torch.no_grad():
             draft_ids = logits.argmax(-1)
             hits = (draft_ids + d2t[draft_ids] == wanted).sum().to(loss.dtype)
             stats[f"acc_{j}"] = torch.stack([hits, real.sum().to(loss.dtype)])
+    if feature_weight:
+        count = sum(int(real.sum()) for real in select)
+        stats["feature_loss"] = torch.stack([aligned, torch.tensor(float(count)).to(aligned)])
     return loss, stats
 
 

@@ -148,3 +148,55 @@ def test_eagle3_trains_from_offline_capture_like_online(testbed_tiny, chat, tmp_
     )
     second = run(offline).final_loss
     assert abs(first - second) / first < 1e-3
+
+
+def test_eagle3_feature_alignment_adds_its_term_and_trains(testbed_tiny, chat, tmp_path):
+    """`eagle.feature_weight` adds w x decay^j x SmoothL1(rms(h_j,t), rms(g_{t+1+j})) to the
+    soft CE, with no gradient into the fused target states; a run with it trains and loads."""
+    import torch.nn.functional as F
+
+    from draftzoo.architectures.eagle import EagleConfig, build_eagle
+    from draftzoo.train.eagle_losses import eagle3_loss_sums
+
+    target = load_target(tiny_eagle_recipe(tmp_path, testbed_tiny[0], chat).target, "cpu")
+    steps, s, h = 3, 16, target.hidden_size
+    drafter = build_eagle(EagleConfig(layers=(0, 1, 2), ttt_steps=steps), target)
+    torch.manual_seed(0)
+    ids = torch.randint(0, target.lm_head.weight.shape[0], (1, s))
+    g0 = drafter.fuse(torch.randn(1, s, 3 * h)).detach().requires_grad_()
+    select = [torch.arange(s)[None] + 2 + j < s for j in range(steps)]
+    allowed = torch.tril(torch.ones(s, s, dtype=torch.bool))[None, None]
+    hidden = drafter.ttt_unroll(ids, g0, torch.arange(s)[None], allowed, steps)
+    outputs = [(x[keep], drafter.logits(x[keep])) for x, keep in zip(hidden, select, strict=True)]
+    logits = torch.randn(1, s, target.lm_head.weight.shape[0])
+    args = (outputs, select, logits, drafter.d2t, drafter.t2d, 0.8)
+    plain, _ = eagle3_loss_sums(*args)
+    with_aux, stats = eagle3_loss_sums(*args, fused=g0, feature_weight=0.5)
+    expected = 0.0
+    for j, (x, keep) in enumerate(zip(hidden, select, strict=True)):
+        n = int(keep.sum())
+        a = F.rms_norm(x[0, :n], (h,))
+        b = F.rms_norm(g0[0, 1 + j : 1 + j + n].detach(), (h,))
+        expected = expected + 0.8**j * F.smooth_l1_loss(a, b, reduction="none").mean(-1).sum()
+    torch.testing.assert_close(with_aux - plain, 0.5 * expected)
+    assert stats["feature_loss"][1] == sum(int(k.sum()) for k in select)
+    # g0 reaches the aux term only through the drafter's outputs, never as its target
+    through_loss = torch.autograd.grad(with_aux - plain, g0, retain_graph=True)[0]
+    through_outputs = torch.autograd.grad(0.5 * expected, g0)[0]
+    torch.testing.assert_close(through_loss, through_outputs)
+
+    recipe = tiny_eagle_recipe(
+        tmp_path / "run",
+        testbed_tiny[0],
+        chat,
+        eagle={"feature_weight": 1.0},
+        train={"max_steps": 6, "log_every": 2, "checkpoint_every": 50},
+    )
+    result = run(recipe)
+    assert 0 < result.final_loss < 50
+    assert read_drafter_record(Path(recipe.output_dir))["recipe"]["eagle"]["feature_weight"] == 1
+    load_eagle(Path(recipe.output_dir), target)
+    with pytest.raises(ValueError, match="EAGLE-3 only"):
+        EagleConfig(kind="eagle1", ttt_steps=1, feature_weight=1.0)
+    with pytest.raises(ValueError, match=">= 0"):
+        EagleConfig(feature_weight=-1.0)
