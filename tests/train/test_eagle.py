@@ -193,7 +193,14 @@ def test_eagle3_feature_alignment_adds_its_term_and_trains(testbed_tiny, chat, t
         train={"max_steps": 6, "log_every": 2, "checkpoint_every": 50},
     )
     result = run(recipe)
-    assert 0 < result.final_loss < 50
+    frozen = tiny_eagle_recipe(
+        tmp_path / "frozen",
+        testbed_tiny[0],
+        chat,
+        eagle={"feature_weight": 1.0},
+        train={"max_steps": 6, "lr": 0.0, "checkpoint_every": 50},
+    )
+    assert 0 < result.final_loss < run(frozen).final_loss  # the same batches, untrained
     assert read_drafter_record(Path(recipe.output_dir))["recipe"]["eagle"]["feature_weight"] == 1
     load_eagle(Path(recipe.output_dir), target)
     with pytest.raises(ValueError, match="EAGLE-3 only"):
