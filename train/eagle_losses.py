@@ -129,8 +129,8 @@ def eagle3_loss_sums(
             hits = (draft_ids + d2t[draft_ids] == wanted).sum().to(loss.dtype)
             stats[f"acc_{j}"] = torch.stack([hits, real.sum().to(loss.dtype)])
     if feature_weight:
-        count = sum(int(real.sum()) for real in select)
-        stats["feature_loss"] = torch.stack([aligned, torch.tensor(float(count)).to(aligned)])
+        count = torch.stack([real.sum() for real in select]).sum().to(aligned)
+        stats["feature_loss"] = torch.stack([aligned, count])
     return loss, stats
 
 
