@@ -270,11 +270,19 @@ def _eval(args: argparse.Namespace) -> int:
         tree_sampled_children=args.tree_sampled_children,
         chat=not args.raw,
         seed=args.seed,
+        teacher_forced=args.teacher_forced,
     )
     folder, _ = resolve_drafter(args.drafter)
     from draftzoo.architectures.drafter_io import read_drafter_record
 
-    target_name = args.target or recorded_target(read_drafter_record(folder))
+    record = read_drafter_record(folder)
+    if config.teacher_forced and record["family"] not in ("eagle1", "eagle3"):
+        from draftzoo.architectures.config_io import ConfigError
+
+        raise ConfigError(
+            f"--teacher-forced scores EAGLE drafters; {folder} is a {record['family']} drafter"
+        )
+    target_name = args.target or recorded_target(record)
     target, tokenizer = load_target(target_name)
     drafter = load_drafter(
         folder, target, tokenizer, config.proposal, config.num_speculative_tokens, config.tree
@@ -588,6 +596,12 @@ def _add_zoo_commands(commands) -> None:
     _add_tree_options(ev)
     ev.add_argument("--num-speculative-tokens", type=int, default=4, help="chain length")
     ev.add_argument("--raw", action="store_true", help="prompts as plain text, no chat template")
+    ev.add_argument(
+        "--teacher-forced",
+        action="store_true",
+        help="EAGLE: also estimate the chain's acceptance per draft step on the target's own "
+        "continuations (every position, no speculative decoding)",
+    )
     ev.add_argument("--seed", type=int, default=0)
     ev.add_argument("--threads", type=int, default=0, help="torch threads (0 = default)")
     ev.add_argument("--output-dir", help="where the report goes (default runs/eval-NAME)")

@@ -39,6 +39,8 @@ def eval_command(report: dict[str, Any], drafter: str) -> str:
         parts += ["--num-speculative-tokens", str(cfg["num_speculative_tokens"])]
     if not cfg["chat"]:
         parts.append("--raw")
+    if cfg.get("teacher_forced"):
+        parts.append("--teacher-forced")
     return shlex.join(parts)
 
 
@@ -150,6 +152,14 @@ def render_card(
     for temperature, cats, accept in batch_one_breakdown(report):
         lines.append(
             f"- T={temperature:g}: tau per category — {cats}; acceptance per position — {accept}"
+        )
+    for r in report.get("teacher_forced") or []:
+        steps = " ".join(f"{a:.2f}" for a in r["acceptance_per_step"])
+        lines.append(
+            f"- T={r['temperature']:g}, teacher-forced on the target's own continuations: "
+            f"tau {r['tau']:.2f} ({r['steps']} steps, {r['positions']} positions); acceptance "
+            f"per step — {steps}; target mass outside the draft vocabulary "
+            f"{r['outside_mass']:.3f}"
         )
     hw = report["hardware"]
     lines += [

@@ -10,7 +10,8 @@ many prompts with `BatchGenerator`, target-only and speculative, chunk by chunk.
 everything, so the speedup comes with its spread. The report (`report.json`) holds tau per
 category, per-position acceptance, tokens/s, speedup (mean, std, min, max over repeats), the
 greedy identity rate, peak memory, hardware, versions and the checkpoint hash; `summary.txt`
-says the same for people.
+says the same for people. `teacher_forced` (EAGLE) adds the chain's teacher-forced acceptance
+per draft step on the target's own continuations of the same prompts.
 """
 
 from __future__ import annotations
@@ -61,6 +62,9 @@ class EvalConfig:
     tree_sampled_children: int = 3  # T > 0 trees: children drawn per expanded node
     chat: bool = True  # render prompts with the target's chat template
     seed: int = 0
+    #: EAGLE drafters: also score the chain's acceptance per draft step, teacher-forced on the
+    #: target's own continuations (`draftzoo.eval.teacher_forced`), no speculative decoding
+    teacher_forced: bool = False
 
     def __post_init__(self) -> None:
         if not self.prompt_sets:
@@ -338,6 +342,10 @@ def evaluate(
     """Run the evaluation; the report as a dict."""
     from tqdm.auto import tqdm
 
+    if config.teacher_forced and drafter.family not in ("eagle1", "eagle3"):
+        raise ValueError(
+            f"teacher-forced scores need an EAGLE drafter; {drafter.folder} is {drafter.family}"
+        )
     prompts = load_prompts(config)
     evaluation = Evaluation(target, tokenizer, drafter, config)
     steps = len(prompts) * len(config.temperatures) * len(config.batch_sizes) * config.repeats
@@ -358,6 +366,20 @@ def evaluate(
     memory["target_drafter_caches_bytes"] = (
         memory["target_bytes"] + memory["drafter_bytes"] + memory["peak_kv_cache_bytes"]
     )
+    teacher_forced = None
+    if config.teacher_forced:
+        from .teacher_forced import teacher_forced_results
+
+        teacher_forced = teacher_forced_results(
+            target,
+            tokenizer,
+            drafter.module,
+            [p.render(tokenizer, config.chat) for p in prompts[1:]],
+            config.temperatures,
+            config.max_new_tokens,
+            config.num_speculative_tokens,
+            config.seed + 1,  # the seeds of the first repeat's decodes (0 is the warm-up)
+        )
     record = drafter.record
     return {
         "version": REPORT_VERSION,
@@ -380,6 +402,7 @@ def evaluate(
         },
         "categories": sorted({p.category for p in prompts[1:]}),
         "results": results,
+        "teacher_forced": teacher_forced,
         "memory": memory,
         "seconds": time.perf_counter() - started,
         **environment(),
@@ -444,6 +467,13 @@ def summary_text(report: dict[str, Any]) -> str:
     for temperature, cats, accept in batch_one_breakdown(report):
         lines.append(f"T={temperature:g}: tau per category: {cats}")
         lines.append(f"T={temperature:g}: acceptance per position: {accept}")
+    for r in report.get("teacher_forced") or []:
+        steps = " ".join(f"{a:.3f}" for a in r["acceptance_per_step"])
+        lines.append(
+            f"T={r['temperature']:g}: teacher-forced tau {r['tau']:.2f} ({r['steps']} steps, "
+            f"{r['positions']} positions), acceptance per step {steps}, target mass outside "
+            f"the draft vocabulary {r['outside_mass']:.3f}"
+        )
     m = report["memory"]
     lines.append(
         f"memory: target {m['target_bytes'] / 2**20:.1f} MiB + drafter "

@@ -1,6 +1,7 @@
 """Teacher-forced acceptance of an EAGLE drafter: per draft step, without speculative decoding.
 
     python bench/teacher_forced_bench.py --eagle1 DIR --eagle3 DIR --prompts 20
+    draftzoo eval DIR --teacher-forced       # a `teacher_forced` entry in the eval report
 
 On a sequence the target generated, the drafter unrolls `steps` draft steps at every position,
 as chain drafting would if each of its drafts had been the sequence's next token (the
@@ -143,3 +144,34 @@ def teacher_forced_scores(
         count,
         None if keep is None else [total / count for total in sums_within],
     )
+
+
+def teacher_forced_results(
+    target,
+    tokenizer,
+    drafter: EagleDrafter,
+    prompts: list[str],
+    temperatures: tuple[float, ...],
+    max_new_tokens: int,
+    steps: int,
+    seed: int = 0,
+) -> list[dict]:
+    """One report entry per temperature: the target decodes `prompts` (prompt i with seed
+    `seed + i`), and the drafter's `steps`-step chain is scored at every position."""
+    adapter = TargetAdapter(target, tokenizer)
+    results = []
+    for temperature in temperatures:
+        params = SamplingParams(temperature=temperature, max_new_tokens=max_new_tokens, seed=seed)
+        sequences = target_sequences(target, tokenizer, prompts, params)
+        scores = teacher_forced_scores(drafter, adapter, sequences, params, steps)
+        results.append(
+            {
+                "temperature": temperature,
+                "steps": steps,
+                "tau": scores.tau,
+                "acceptance_per_step": scores.acceptance,
+                "outside_mass": scores.outside_mass,
+                "positions": scores.positions,
+            }
+        )
+    return results

@@ -118,3 +118,47 @@ def test_config_rejects_contradictions():
         EvalConfig(proposal="beam")
     with pytest.raises(ValueError, match="batch sizes"):
         EvalConfig(batch_sizes=(0,))
+
+
+def test_teacher_forced_field_is_the_chains_teacher_forced_score(
+    tiny_drafters, tiny_target_model, capsys
+):
+    """`--teacher-forced` adds, per temperature, the module's scores of the report's own
+    prompts (seeded like the first repeat's decodes); other families are refused up front."""
+    from draftzoo.architectures.target import TargetAdapter
+    from draftzoo.cli import main
+    from draftzoo.eval.model_card import eval_command, render_card
+    from draftzoo.eval.runner import load_prompts
+    from draftzoo.eval.teacher_forced import target_sequences, teacher_forced_scores
+    from draftzoo.inference.sampling import SamplingParams
+
+    model, tokenizer, path = tiny_target_model
+    drafter = load_drafter(tiny_drafters["eagle3"], model, tokenizer, "chain", 3)
+    config = EvalConfig(
+        max_prompts=2, max_new_tokens=12, num_speculative_tokens=3, teacher_forced=True
+    )
+    report = evaluate(model, tokenizer, drafter, config, str(path), show_progress=False)
+    entries = report["teacher_forced"]
+    assert [e["temperature"] for e in entries] == [0.0, 1.0]
+    texts = [p.render(tokenizer, True) for p in load_prompts(config)[1:]]
+    adapter = TargetAdapter(model, tokenizer)
+    for entry in entries:
+        params = SamplingParams(temperature=entry["temperature"], max_new_tokens=12, seed=1)
+        sequences = target_sequences(model, tokenizer, texts, params)
+        scores = teacher_forced_scores(drafter.module, adapter, sequences, params, 3)
+        assert entry["steps"] == 3 and entry["positions"] == scores.positions > 0
+        assert entry["acceptance_per_step"] == scores.acceptance
+        assert entry["tau"] == scores.tau and 1.0 <= entry["tau"] <= 4.0
+        assert 0.0 <= entry["outside_mass"] <= 1.0
+    assert "T=1: teacher-forced tau" in summary_text(report)
+    assert eval_command(report, "D").endswith("--teacher-forced")
+    record = {"family": "eagle3", "hidden_state_layers": [1, 1, 1]}
+    assert "T=0, teacher-forced on the target's own continuations: tau" in render_card(
+        "d", record, report, [], "draftzoo train R"
+    )
+
+    draft_lm = load_drafter(tiny_drafters["draft_lm"], model, tokenizer, "chain", 3)
+    with pytest.raises(ValueError, match="need an EAGLE drafter"):
+        evaluate(model, tokenizer, draft_lm, config, str(path), show_progress=False)
+    assert main(["eval", str(tiny_drafters["draft_lm"]), "--teacher-forced"]) == 2
+    assert "--teacher-forced scores EAGLE drafters" in capsys.readouterr().err
