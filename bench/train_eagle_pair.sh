@@ -5,8 +5,12 @@
 # by the deadline leaves its newest checkpoint in 15 MB parts (<family>-ckpt.tar.part-*), which
 # `draftzoo train` resumes anywhere (same recipe, same --set flags, output_dir beside the .work).
 #   STEPS=12800 DEADLINE=480 bash bench/train_eagle_pair.sh
-# TOKENS=archive.tar.xz unpacks a tokenized-data cache into $DRAFTZOO_CACHE first;
-# `pytest -m gpu` runs beside the pair; with time left, a CUDA drafter bench of the new pair.
+# DATA=file.jsonl trains both on that conversation file instead of `testbed-chat` (which reads
+# the installed Python and packages: export it where they are the testbed's, see
+# bench/results/h200-2026-11-30/README.md); TOKENS=archive.tar.xz unpacks a tokenized-data
+# cache (data/tokens-KEY) into $DRAFTZOO_CACHE first; CHECKPOINT_EVERY (400) and RUNS (where
+# the runs write) as named. `pytest -m gpu` runs beside the pair; with time left, a CUDA
+# drafter bench of the new pair.
 set -u -o pipefail
 steps=${STEPS:-12800}
 deadline=${DEADLINE:-480}
