@@ -6,8 +6,8 @@
 # `draftzoo train` resumes anywhere (same recipe, same --set flags, output_dir beside the .work).
 #   STEPS=12800 DEADLINE=480 bash bench/train_eagle_pair.sh
 # DATA=file.jsonl trains both on that conversation file instead of `testbed-chat` (which reads
-# the installed Python and packages: export it where they are the testbed's, see
-# bench/results/h200-2026-11-30/README.md); TOKENS=archive.tar.xz unpacks a tokenized-data
+# the installed Python and packages: write it with `draftzoo testbed export-chat FILE` where
+# they are the testbed's); TOKENS=archive.tar.xz unpacks a tokenized-data
 # cache (data/tokens-KEY) into $DRAFTZOO_CACHE first; CHECKPOINT_EVERY (400) and RUNS (where
 # the runs write) as named. `pytest -m gpu` runs beside the pair; with time left, a CUDA
 # drafter bench of the new pair.

@@ -8,7 +8,11 @@ as `testbed-small` was (held-out modules never appear).
 from __future__ import annotations
 
 import hashlib
+import json
+import os
 from collections.abc import Iterator
+from itertools import islice
+from pathlib import Path
 
 from .chat_pairs import iter_function_pairs
 from .corpus import CorpusSpec, fingerprint_files, list_sources, read_source
@@ -36,3 +40,20 @@ def testbed_chat_hash(spec: CorpusSpec | None = None) -> str:
     """A hash of the files the source reads (paths, splits, sizes)."""
     spec = spec or testbed_chat_spec()
     return hashlib.sha256(fingerprint_files(list_sources(spec)).encode()).hexdigest()[:16]
+
+
+def export_testbed_chat(path: Path, max_rows: int | None = None) -> int:
+    """Write the rows to a `.jsonl` file (whole, then renamed); the number written.
+
+    The file is a `data.source` that tokenizes to the same rows as `testbed-chat` on machines
+    whose installed Python and packages differ (and so would build other conversations)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    count = 0
+    with tmp.open("w") as handle:
+        for row in islice(iter_testbed_chat_rows(), max_rows):
+            handle.write(json.dumps(row) + "\n")
+            count += 1
+    os.replace(tmp, path)
+    return count

@@ -71,6 +71,14 @@ def _print_testbed(path: Path, record: dict) -> None:
             print(f"  real held-out code windows of that length: {share:.3f}")
 
 
+def _testbed_export_chat(args: argparse.Namespace) -> int:
+    from draftzoo.data.testbed_chat import export_testbed_chat
+
+    count = export_testbed_chat(Path(args.output), args.max_rows)
+    print(f"{count} conversations of testbed-chat -> {args.output}")
+    return 0
+
+
 def _testbed_info(args: argparse.Namespace) -> int:
     from draftzoo.train.testbed import committed_testbed_dir, read_record
 
@@ -467,6 +475,16 @@ def build_parser() -> argparse.ArgumentParser:
     info.add_argument("path", nargs="?", help="a built testbed folder")
     info.add_argument("--json", action="store_true", help="print the whole record as JSON")
     info.set_defaults(func=_testbed_info)
+
+    export_chat = testbed_commands.add_parser(
+        "export-chat",
+        help="write the testbed-chat conversations to a .jsonl file (a data.source)",
+        description="testbed-chat reads the installed Python and packages; on a machine with "
+        "other versions, train on this file instead (--set data.source=FILE).",
+    )
+    export_chat.add_argument("output", help="the .jsonl file to write")
+    export_chat.add_argument("--max-rows", type=int, help="only the first N conversations")
+    export_chat.set_defaults(func=_testbed_export_chat)
 
     gen = commands.add_parser(
         "generate",
