@@ -89,7 +89,7 @@ for family in eagle1 eagle3; do
     if [ -f "$runs/$family/model.safetensors" ]; then
         tar cf "$out/$family-drafter.tar" -C "$runs" "$family"
     else
-        latest=$(ls -d "$runs/$family.work/checkpoints"/step-* 2>/dev/null | sort -t- -k2 -n | tail -1)
+        latest=$(ls -dv "$runs/$family.work/checkpoints"/step-* 2>/dev/null | tail -1)
         [ -n "$latest" ] || continue
         echo "$family: packing $latest"
         tar cf - -C "$runs" "$family.work/checkpoints/$(basename "$latest")" |
