@@ -285,9 +285,10 @@ def _eval(args: argparse.Namespace) -> int:
     )
     folder, _ = resolve_drafter(args.drafter)
     from draftzoo.architectures.drafter_io import read_drafter_record
+    from draftzoo.architectures.eagle import KINDS as EAGLE_KINDS
 
     record = read_drafter_record(folder)
-    if config.teacher_forced and record["family"] not in ("eagle1", "eagle3"):
+    if config.teacher_forced and record["family"] not in EAGLE_KINDS:
         from draftzoo.architectures.config_io import ConfigError
 
         raise ConfigError(

@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from .runner import batch_one_breakdown
+from .runner import batch_one_breakdown, teacher_forced_breakdown
 
 FAMILY_NAMES = {"draft_lm": "draft LM", "eagle1": "EAGLE-1", "eagle3": "EAGLE-3"}
 
@@ -153,14 +153,8 @@ def render_card(
         lines.append(
             f"- T={temperature:g}: tau per category — {cats}; acceptance per position — {accept}"
         )
-    for r in report.get("teacher_forced") or []:
-        steps = " ".join(f"{a:.2f}" for a in r["acceptance_per_step"])
-        lines.append(
-            f"- T={r['temperature']:g}, teacher-forced on the target's own continuations: "
-            f"tau {r['tau']:.2f} ({r['steps']} steps, {r['positions']} positions); acceptance "
-            f"per step — {steps}; target mass outside the draft vocabulary "
-            f"{r['outside_mass']:.3f}"
-        )
+    for temperature, text in teacher_forced_breakdown(report):
+        lines.append(f"- T={temperature:g}, teacher-forced on the target's continuations: {text}")
     hw = report["hardware"]
     lines += [
         "",

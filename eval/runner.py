@@ -31,6 +31,7 @@ from typing import Any
 import torch
 
 from ..architectures.drafter_io import checkpoint_hash
+from ..architectures.eagle import KINDS as EAGLE_KINDS
 from ..architectures.target import TargetAdapter
 from ..data.prompts import Prompt, load_prompt_set
 from ..inference.batch import BatchGenerator
@@ -342,7 +343,7 @@ def evaluate(
     """Run the evaluation; the report as a dict."""
     from tqdm.auto import tqdm
 
-    if config.teacher_forced and drafter.family not in ("eagle1", "eagle3"):
+    if config.teacher_forced and drafter.family not in EAGLE_KINDS:
         raise ValueError(
             f"teacher-forced scores need an EAGLE drafter; {drafter.folder} is {drafter.family}"
         )
@@ -438,6 +439,20 @@ def batch_one_breakdown(report: dict[str, Any]) -> list[tuple[float, str, str]]:
     ]
 
 
+def teacher_forced_breakdown(report: dict[str, Any]) -> list[tuple[float, str]]:
+    """(temperature, "tau .. (.. steps, .. positions); acceptance per step ..; ..") of every
+    teacher-forced entry (none without `--teacher-forced`)."""
+    return [
+        (
+            r["temperature"],
+            f"tau {r['tau']:.2f} ({r['steps']} steps, {r['positions']} positions); acceptance "
+            f"per step {' '.join(f'{a:.3f}' for a in r['acceptance_per_step'])}; target mass "
+            f"outside the draft vocabulary {r['outside_mass']:.3f}",
+        )
+        for r in report.get("teacher_forced") or []
+    ]
+
+
 def summary_text(report: dict[str, Any]) -> str:
     """The human summary of a report."""
     ck, cfg = report["checkpoint"], report["config"]
@@ -467,13 +482,8 @@ def summary_text(report: dict[str, Any]) -> str:
     for temperature, cats, accept in batch_one_breakdown(report):
         lines.append(f"T={temperature:g}: tau per category: {cats}")
         lines.append(f"T={temperature:g}: acceptance per position: {accept}")
-    for r in report.get("teacher_forced") or []:
-        steps = " ".join(f"{a:.3f}" for a in r["acceptance_per_step"])
-        lines.append(
-            f"T={r['temperature']:g}: teacher-forced tau {r['tau']:.2f} ({r['steps']} steps, "
-            f"{r['positions']} positions), acceptance per step {steps}, target mass outside "
-            f"the draft vocabulary {r['outside_mass']:.3f}"
-        )
+    for temperature, text in teacher_forced_breakdown(report):
+        lines.append(f"T={temperature:g}: teacher-forced {text}")
     m = report["memory"]
     lines.append(
         f"memory: target {m['target_bytes'] / 2**20:.1f} MiB + drafter "

@@ -153,7 +153,7 @@ def test_teacher_forced_field_is_the_chains_teacher_forced_score(
     assert "T=1: teacher-forced tau" in summary_text(report)
     assert eval_command(report, "D").endswith("--teacher-forced")
     record = {"family": "eagle3", "hidden_state_layers": [1, 1, 1]}
-    assert "T=0, teacher-forced on the target's own continuations: tau" in render_card(
+    assert "T=0, teacher-forced on the target's continuations: tau" in render_card(
         "d", record, report, [], "draftzoo train R"
     )
 
