@@ -165,9 +165,10 @@ class DraftAttention(nn.Module):
         return self.o_proj(attended.transpose(1, 2).reshape(b, s, self.heads * self.head_dim))
 
 
-def attend(q, k, v, mask: torch.Tensor) -> torch.Tensor:
+def attend(q, k, v, mask: torch.Tensor | None) -> torch.Tensor:
     """Plain attention: q [b, H, s, d] over k, v [b, H or kv_heads, S, d] (grouped-query keys
-    serve H / kv_heads query heads each, without being copied); `mask` [b|1, 1, s, S] bool."""
+    serve H / kv_heads query heads each, without being copied); `mask` [b|1, 1, s, S] bool, or
+    None: every query sees every key."""
     grouped = k.shape[1] != q.shape[1]
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=grouped)
 
@@ -347,7 +348,7 @@ class EagleDrafter(nn.Module):
         g: torch.Tensor,  # [1, s, h]
         positions: torch.Tensor,  # [1, s]
         cache: DraftCache,
-        mask: torch.Tensor,  # [1, 1, s, len(cache) + s] bool
+        mask: torch.Tensor | None,  # [1, 1, s, len(cache) + s] bool; None = see everything
     ) -> torch.Tensor:
         """Append s entries to `cache`, attending under `mask`; the outputs [1, s, h]."""
         x, residual = self.step_inputs(input_ids, g)
@@ -397,33 +398,55 @@ def shift(t: torch.Tensor, by: int, fill=0) -> torch.Tensor:
 
 
 class DraftCache:
-    """The drafter's key/value cache, [1, kv_heads, length, d], with rollback by cropping."""
+    """The drafter's key/value cache, [1, kv_heads, length, d], with rollback by cropping.
+
+    Entries live in buffers grown `GROW` positions at a time, so appending a drafted token
+    writes one slot instead of copying the whole cache, and cropping only moves `length`."""
+
+    GROW = 256
 
     def __init__(self) -> None:
-        self.keys: torch.Tensor | None = None
-        self.values: torch.Tensor | None = None
+        self._keys: torch.Tensor | None = None
+        self._values: torch.Tensor | None = None
+        self.length = 0
 
     def __len__(self) -> int:
-        return 0 if self.keys is None else self.keys.shape[2]
+        return self.length
+
+    @property
+    def keys(self) -> torch.Tensor | None:
+        return None if self._keys is None else self._keys[:, :, : self.length]
+
+    @property
+    def values(self) -> torch.Tensor | None:
+        return None if self._values is None else self._values[:, :, : self.length]
 
     def append(self, k: torch.Tensor, v: torch.Tensor) -> None:
-        if self.keys is None:
-            self.keys, self.values = k, v
-        else:
-            self.keys = torch.cat([self.keys, k], dim=2)
-            self.values = torch.cat([self.values, v], dim=2)
+        end = self.length + k.shape[2]
+        if self._keys is None or end > self._keys.shape[2]:
+            self._reserve(k, v, end)
+        self._keys[:, :, self.length : end] = k
+        self._values[:, :, self.length : end] = v
+        self.length = end
+
+    def _reserve(self, k: torch.Tensor, v: torch.Tensor, needed: int) -> None:
+        size = -(-needed // self.GROW) * self.GROW
+        keys = k.new_empty(*k.shape[:2], size, k.shape[3])
+        values = v.new_empty(*v.shape[:2], size, v.shape[3])
+        if self.length:
+            keys[:, :, : self.length] = self.keys
+            values[:, :, : self.length] = self.values
+        self._keys, self._values = keys, values
 
     def nbytes(self) -> int:
-        """Bytes held by the keys and values."""
-        if self.keys is None:
+        """Bytes of the buffers the keys and values live in."""
+        if self._keys is None:
             return 0
-        return 2 * self.keys.numel() * self.keys.element_size()
+        return 2 * self._keys.numel() * self._keys.element_size()
 
     def crop(self, length: int) -> None:
         """Keep the first `length` entries."""
-        if self.keys is not None:
-            self.keys = self.keys[:, :, :length]
-            self.values = self.values[:, :, :length]
+        self.length = min(self.length, length)
 
 
 def build_eagle(config: EagleConfig, target, draft_vocab_size: int | None = None) -> EagleDrafter:

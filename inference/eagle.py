@@ -62,6 +62,8 @@ class EagleProposer:
         self.target_layers = drafter.layers
         self.device = drafter.fc.weight.device
         self.dtype = drafter.fc.weight.dtype
+        self._to_target: torch.Tensor | None = None
+        self._to_target_list: list[int] | None = None
         self.reset()
 
     @classmethod
@@ -136,9 +138,9 @@ class EagleProposer:
     # -- chain ---------------------------------------------------------------------------
     def _chain(self, last, max_tokens, params, generator) -> Proposal:
         drafter = self.drafter
+        target_of = self._target_ids()
         tokens: list[int] = []
-        draft_probs = []
-        vocab = drafter.fields["vocab_size"]
+        qs = []
         for step in range(max_tokens):
             logits = drafter.logits(last)[0, -1].float()
             if params.greedy:
@@ -146,18 +148,32 @@ class EagleProposer:
             else:
                 q = probabilities(logits, params)
                 draft_id = sample(q, generator)
-                full = torch.zeros(vocab, dtype=q.dtype, device=q.device)
-                full[drafter.to_target_ids(torch.arange(len(q), device=q.device))] = q
-                draft_probs.append(full)
-            token = int(drafter.to_target_ids(torch.tensor(draft_id, device=self.device)))
-            tokens.append(token)
+                qs.append(q)
+            tokens.append(target_of[draft_id])
             if step + 1 == max_tokens:
                 break
-            ids = torch.tensor([[token]], device=self.device)
+            ids = torch.tensor([[tokens[-1]]], device=self.device)
             positions = torch.tensor([[self.fed + step]], device=self.device)
-            mask = torch.ones(1, 1, 1, len(self.cache) + 1, dtype=torch.bool, device=self.device)
-            last = drafter.extend(ids, last, positions, self.cache, mask)
-        return Proposal.chain(tokens, None if params.greedy else torch.stack(draft_probs))
+            # one drafted token sees the whole cache: the real context and the earlier drafts
+            last = drafter.extend(ids, last, positions, self.cache, None)
+        if params.greedy:
+            return Proposal.chain(tokens)
+        draft_probs = torch.zeros(len(qs), drafter.fields["vocab_size"], device=self.device)
+        draft_probs[:, self._target_index()] = torch.stack(qs)
+        return Proposal.chain(tokens, draft_probs)
+
+    def _target_index(self) -> torch.Tensor:
+        """The target id of every draft id, [draft vocab] (computed once per drafter)."""
+        if self._to_target is None:
+            draft_ids = torch.arange(self.drafter.draft_vocab_size, device=self.device)
+            self._to_target = self.drafter.to_target_ids(draft_ids)
+        return self._to_target
+
+    def _target_ids(self) -> list[int]:
+        """`_target_index` as a list, for token-by-token lookups on the host."""
+        if self._to_target_list is None:
+            self._to_target_list = self._target_index().tolist()
+        return self._to_target_list
 
     # -- EAGLE-2 dynamic tree -----------------------------------------------------------
     def _tree(self, root_hidden: torch.Tensor, max_depth: int) -> Proposal:
@@ -268,7 +284,7 @@ class EagleProposer:
         rows, cols = earlier.nonzero(as_tuple=True)
         q_rows[rows, order[cols]] = 0.0
         q_rows /= q_rows.sum(-1, keepdim=True)
-        to_target = self.drafter.to_target_ids(torch.arange(len(q), device=q.device))
+        to_target = self._target_index()
         full = q_rows.new_zeros(k, self.drafter.fields["vocab_size"])
         full[:, to_target] = q_rows
         first = len(tokens)

@@ -21,7 +21,7 @@ import torch
 
 from draftzoo.inference.generate import SpeculativeGenerator
 from draftzoo.inference.proposers import DraftModelProposer
-from draftzoo.inference.sampling import SamplingParams, probabilities
+from draftzoo.inference.sampling import SamplingParams, probabilities, sample
 from tests.inference.helpers import TopKTreeProposer
 
 VOCAB, LENGTH, SAMPLES, DELTA = 6, 3, 3000, 1e-6
@@ -171,3 +171,17 @@ def test_batched_speculative_sampling_matches_the_target_distribution(target_exa
     tv, threshold = _tv(counts, exact), _threshold(exact)
     assert tv < threshold, f"TV {tv:.4f} >= {threshold:.4f}"
     assert accepted > 0
+
+
+def test_sample_draws_each_token_with_its_probability(monkeypatch):
+    """`sample` (one uniform draw through the CDF) against the same TV bound, on an unnormalised
+    distribution with zero-mass tokens; a draw that rounds onto the total returns the last token
+    with mass, never a zero-mass one."""
+    weights = torch.tensor([0.0, 0.2, 0.0, 1.2, 0.5, 0.1, 0.0])
+    exact = {i: w / weights.sum().item() for i, w in enumerate(weights.tolist())}
+    generator = torch.Generator().manual_seed(0)
+    counts = Counter(sample(weights, generator) for _ in range(SAMPLES))
+    assert all(counts[i] == 0 for i, p in exact.items() if p == 0)
+    assert _tv(counts, exact) < _threshold(exact)
+    monkeypatch.setattr(torch, "rand", lambda *args, **kwargs: torch.tensor(1.0))
+    assert sample(weights, generator) == 5
