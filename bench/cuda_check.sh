@@ -19,7 +19,7 @@ python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . || exit
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/device.txt"
 python3 -c "import torch, transformers; print(torch.__version__, transformers.__version__)" \
     | tee -a "$out/device.txt"
-timeout 90 python3 -m pytest -q -m gpu tests/inference/test_cuda_graphs.py -p no:cacheprovider \
+timeout 180 python3 -m pytest -q -m gpu tests/inference/test_cuda_graphs.py -p no:cacheprovider \
     2>&1 | tee "$out/pytest-gpu.txt"
 timeout 60 python3 bench/forward_cost.py --device cuda 2>&1 | grep -v "Loading weights" \
     | tee "$out/forward-cost.txt"

@@ -62,7 +62,7 @@ start() {  # family, extra --set flags
         "${common[@]}" "$@" >"$out/$family.log" 2>&1 &
     pid[$family]=$!
 }
-timeout 120 python3 -m pytest -q -m gpu tests/inference/test_cuda_graphs.py -p no:cacheprovider \
+timeout 180 python3 -m pytest -q -m gpu tests/inference/test_cuda_graphs.py -p no:cacheprovider \
     >"$out/pytest-gpu.txt" 2>&1 &
 tests=$!
 start eagle1
