@@ -15,6 +15,7 @@ from itertools import islice
 from pathlib import Path
 
 from .chat_pairs import iter_function_pairs
+from .conversations import DataError
 from .corpus import CorpusSpec, fingerprint_files, list_sources, read_source
 
 TESTBED_CHAT = "testbed-chat"
@@ -48,7 +49,7 @@ def export_testbed_chat(path: Path, max_rows: int | None = None) -> int:
     The file is a `data.source` that tokenizes to the same rows as `testbed-chat` on machines
     whose installed Python and packages differ (and so would build other conversations)."""
     if max_rows is not None and max_rows < 1:
-        raise ValueError(f"max_rows must be >= 1, got {max_rows}")
+        raise DataError(f"max_rows must be >= 1, got {max_rows}")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")

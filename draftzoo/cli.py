@@ -74,9 +74,6 @@ def _print_testbed(path: Path, record: dict) -> None:
 def _testbed_export_chat(args: argparse.Namespace) -> int:
     from draftzoo.data.testbed_chat import export_testbed_chat
 
-    if args.max_rows is not None and args.max_rows < 1:
-        print(f"draftzoo: error: --max-rows must be >= 1, got {args.max_rows}", file=sys.stderr)
-        return 2
     count = export_testbed_chat(Path(args.output), args.max_rows)
     print(f"{count} conversations of testbed-chat -> {args.output}")
     return 0

@@ -21,7 +21,7 @@ def test_exported_conversations_tokenize_to_the_same_rows(tmp_path, capsys):
     assert rows == list(islice(iter_testbed_chat_rows(), 40))
     assert not list(out.parent.glob("*.tmp"))
     assert main(["testbed", "export-chat", str(tmp_path / "none.jsonl"), "--max-rows", "0"]) == 2
-    assert "--max-rows must be >= 1" in capsys.readouterr().err
+    assert "max_rows must be >= 1" in capsys.readouterr().err
     assert not (tmp_path / "none.jsonl").exists()
 
     tokenizer = AutoTokenizer.from_pretrained(committed_testbed_dir())
