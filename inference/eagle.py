@@ -62,8 +62,11 @@ class EagleProposer:
         self.target_layers = drafter.layers
         self.device = drafter.fc.weight.device
         self.dtype = drafter.fc.weight.dtype
-        self._to_target: torch.Tensor | None = None
-        self._to_target_list: list[int] | None = None
+        #: the target id of every draft id, as a tensor and as a list for host-side lookups
+        self.to_target = drafter.to_target_ids(
+            torch.arange(drafter.draft_vocab_size, device=self.device)
+        )
+        self.to_target_list = self.to_target.tolist()
         self.reset()
 
     @classmethod
@@ -138,7 +141,7 @@ class EagleProposer:
     # -- chain ---------------------------------------------------------------------------
     def _chain(self, last, max_tokens, params, generator) -> Proposal:
         drafter = self.drafter
-        target_of = self._target_ids()
+        target_of = self.to_target_list
         tokens: list[int] = []
         qs = []
         for step in range(max_tokens):
@@ -159,21 +162,8 @@ class EagleProposer:
         if params.greedy:
             return Proposal.chain(tokens)
         draft_probs = torch.zeros(len(qs), drafter.fields["vocab_size"], device=self.device)
-        draft_probs[:, self._target_index()] = torch.stack(qs)
+        draft_probs[:, self.to_target] = torch.stack(qs)
         return Proposal.chain(tokens, draft_probs)
-
-    def _target_index(self) -> torch.Tensor:
-        """The target id of every draft id, [draft vocab] (computed once per drafter)."""
-        if self._to_target is None:
-            draft_ids = torch.arange(self.drafter.draft_vocab_size, device=self.device)
-            self._to_target = self.drafter.to_target_ids(draft_ids)
-        return self._to_target
-
-    def _target_ids(self) -> list[int]:
-        """`_target_index` as a list, for token-by-token lookups on the host."""
-        if self._to_target_list is None:
-            self._to_target_list = self._target_index().tolist()
-        return self._to_target_list
 
     # -- EAGLE-2 dynamic tree -----------------------------------------------------------
     def _tree(self, root_hidden: torch.Tensor, max_depth: int) -> Proposal:
@@ -284,7 +274,7 @@ class EagleProposer:
         rows, cols = earlier.nonzero(as_tuple=True)
         q_rows[rows, order[cols]] = 0.0
         q_rows /= q_rows.sum(-1, keepdim=True)
-        to_target = self._target_index()
+        to_target = self.to_target
         full = q_rows.new_zeros(k, self.drafter.fields["vocab_size"])
         full[:, to_target] = q_rows
         first = len(tokens)
