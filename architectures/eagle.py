@@ -29,6 +29,7 @@ from torch import nn
 from .target import TargetError
 
 KINDS = ("eagle1", "eagle3")
+TOKEN_LOSSES = ("ce", "tvd")
 #: the `architectures` name in draftzoo's own config.json (engine formats come from exporters)
 ARCHITECTURES = {"eagle1": "DraftzooEagle1", "eagle3": "DraftzooEagle3"}
 WEIGHTS_FILE = "model.safetensors"
@@ -52,6 +53,10 @@ class EagleConfig:
     #: EAGLE-3 only, off as published: weight of an auxiliary loss pulling each TTT step's
     #: output toward the fused target state the next step would read there (both RMS-normalised)
     feature_weight: float = 0.0
+    #: the per-token loss against the target: "ce" (soft cross-entropy, as published; EAGLE-3
+    #: renormalises the target over the draft vocabulary) or, opt-in, "tvd" (1 - sum over the
+    #: draft vocabulary of min(p, q): the chance a token drafted at T = 1 is rejected)
+    token_loss: str = "ce"
     #: a bias on `fc` (EAGLE-1's reference code has one; vLLM's EAGLE-1 loader has none and
     #: would drop it, so the default is off)
     fc_bias: bool = False
@@ -73,6 +78,10 @@ class EagleConfig:
             raise ValueError("eagle.feature_noise must be >= 0")
         if self.feature_weight < 0:
             raise ValueError("eagle.feature_weight must be >= 0")
+        if self.token_loss not in TOKEN_LOSSES:
+            raise ValueError(
+                f"eagle.token_loss must be one of {TOKEN_LOSSES}, got {self.token_loss!r}"
+            )
         if self.kind == "eagle1" and self.feature_weight:
             raise ValueError(
                 "eagle.feature_weight is EAGLE-3 only (EAGLE-1 always regresses the next feature)"

@@ -114,7 +114,7 @@ def _loss_sums(recipe, drafter, module, target, states, batch):
     allowed = attention_allowed(batch)
     outputs = drafter(batch.input_ids, fused, batch.position_ids, allowed, select)
     if config.kind == "eagle1":
-        return eagle1_loss_sums(outputs, select[0], final, logits)
+        return eagle1_loss_sums(outputs, select[0], final, logits, config.token_loss)
     g0 = None
     if config.feature_weight:
         with torch.no_grad():
@@ -128,6 +128,7 @@ def _loss_sums(recipe, drafter, module, target, states, batch):
         config.ttt_decay,
         fused=g0,
         feature_weight=config.feature_weight,
+        token_loss=config.token_loss,
     )
 
 

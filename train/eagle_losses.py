@@ -12,6 +12,11 @@ positions whose target argmax lies outside the draft vocabulary carry no loss (t
 accuracy counts as a miss). Opt-in (`eagle.feature_weight` w): + w x weight^j x SmoothL1 between
 step j's output at t and the fused target state g_{t+1+j} (what step 0 reads where step j + 1
 reads x_{t+2+j}), both RMS-normalised and the latter detached.
+
+Opt-in for both families (`eagle.token_loss: tvd`): the soft CE is replaced by the rejection
+probability 1 - sum_x min(p(x), q(x)), x over the drafter's vocabulary and p the target's whole
+distribution (never renormalised: mass outside the draft vocabulary can never be accepted), which
+is exactly what a token drafted at T = 1 loses; EAGLE-3 then scores every real position.
 """
 
 from __future__ import annotations
@@ -65,18 +70,28 @@ def soft_ce(logits: torch.Tensor, target_probs: torch.Tensor) -> torch.Tensor:
     return -(target_probs * F.log_softmax(logits.float(), dim=-1)).sum(-1)
 
 
+def rejection(logits: torch.Tensor, target_probs: torch.Tensor) -> torch.Tensor:
+    """1 - sum_x min(p(x), q(x)) per row, q = softmax(`logits`) [n, v] and p `target_probs`
+    [n, v] (p may sum to less than 1: the target's mass on tokens the drafter cannot propose)."""
+    q = F.softmax(logits.float(), dim=-1)
+    return 1 - torch.minimum(q, target_probs).sum(-1)
+
+
 def eagle1_loss_sums(
     outputs: list[tuple[torch.Tensor, torch.Tensor]],  # the drafter's forward, one step
     keep: torch.Tensor,  # [b, s] bool: the positions `outputs` holds
     final: torch.Tensor,  # [b, s, h] target final post-norm states
     target_logits: torch.Tensor,  # [b, s, V]
+    token_loss: str = "ce",
 ) -> tuple[torch.Tensor, Stats]:
-    """Summed EAGLE-1 loss: SmoothL1 to the next feature + 0.1 x soft CE; stats."""
+    """Summed EAGLE-1 loss: SmoothL1 to the next feature + 0.1 x soft CE (or, with
+    `token_loss="tvd"`, the rejection probability); stats."""
     ((hidden, logits),) = outputs
     want_feature = ahead(final, 1, keep).float()
     probs = torch.softmax(ahead(target_logits, 1, keep).float(), dim=-1)
     feature = F.smooth_l1_loss(hidden.float(), want_feature, reduction="none").mean(-1)
-    loss = feature.sum() + 0.1 * soft_ce(logits, probs).sum()
+    tokens = rejection(logits, probs) if token_loss == "tvd" else soft_ce(logits, probs)
+    loss = feature.sum() + 0.1 * tokens.sum()
     count = keep.sum().to(loss.dtype)
     with torch.no_grad():
         hits = (logits.argmax(-1) == probs.argmax(-1)).sum().to(loss.dtype)
@@ -105,9 +120,11 @@ def eagle3_loss_sums(
     decay: float,
     fused: torch.Tensor | None = None,  # [b, s, h] step 0's fused states, for the aux loss
     feature_weight: float = 0.0,
+    token_loss: str = "ce",
 ) -> tuple[torch.Tensor, Stats]:
-    """Summed sum_j decay^j x (soft CE over the draft vocabulary + `feature_weight` x feature
-    alignment to `fused`, detached); per-step top-1 accuracy."""
+    """Summed sum_j decay^j x (soft CE over the draft vocabulary, or with `token_loss="tvd"`
+    the rejection probability + `feature_weight` x feature alignment to `fused`, detached);
+    per-step top-1 accuracy."""
     if feature_weight and fused is None:
         raise ValueError("feature_weight needs the fused states")
     loss = torch.zeros((), device=target_logits.device)
@@ -116,10 +133,12 @@ def eagle3_loss_sums(
     for j, ((hidden, logits), real) in enumerate(zip(outputs, select, strict=True)):
         target = ahead(target_logits, 1 + j, real).float()
         wanted = target.argmax(-1)
-        in_vocab = t2d[wanted]
-        probs = torch.softmax(target[:, t2d], dim=-1)
-        ce = soft_ce(logits, probs)
-        loss = loss + (decay**j) * ce[in_vocab].sum()
+        if token_loss == "tvd":
+            rejected = rejection(logits, torch.softmax(target, dim=-1)[:, t2d])
+            loss = loss + (decay**j) * rejected.sum()
+        else:
+            ce = soft_ce(logits, torch.softmax(target[:, t2d], dim=-1))
+            loss = loss + (decay**j) * ce[t2d[wanted]].sum()
         if feature_weight:
             alignment = feature_alignment(hidden, ahead(fused, 1 + j, real).detach()).sum()
             loss = loss + feature_weight * (decay**j) * alignment

@@ -202,3 +202,63 @@ def test_eagle3_feature_alignment_adds_its_term_and_trains(testbed_tiny, chat, t
         EagleConfig(kind="eagle1", ttt_steps=1, feature_weight=1.0)
     with pytest.raises(ValueError, match=">= 0"):
         EagleConfig(feature_weight=-1.0)
+
+
+def test_tvd_token_loss_is_the_rejection_probability_and_trains(testbed_tiny, chat, tmp_path):
+    """`eagle.token_loss: tvd` scores each drafted position by 1 - sum_x min(p(x), q(x)) over
+    the tokens the drafter can propose, p the target's whole distribution (checked here through
+    `d2t`, independently of the loss's `t2d` columns); both families train with it."""
+    from draftzoo.architectures.eagle import EagleConfig, build_eagle
+    from draftzoo.train.eagle_losses import eagle1_loss_sums, eagle3_loss_sums
+
+    target = load_target(tiny_eagle_recipe(tmp_path, testbed_tiny[0], chat).target, "cpu")
+    vocab, steps, s = target.lm_head.weight.shape[0], 3, 12
+    drafter = build_eagle(
+        EagleConfig(layers=(0, 1, 2), ttt_steps=steps, draft_vocab_size=64), target
+    )
+    torch.manual_seed(0)
+    kept = torch.randperm(vocab)[:64].sort().values
+    t2d = torch.zeros(vocab, dtype=torch.bool)
+    t2d[kept] = True
+    drafter.set_vocab_map(kept - torch.arange(64), t2d)
+    select = [torch.arange(s)[None] + 2 + j < s for j in range(steps)]
+    target_logits = torch.randn(1, s, vocab) * 3
+    outputs = [(None, torch.randn(int(keep.sum()), 64)) for keep in select]
+    loss, stats = eagle3_loss_sums(
+        outputs, select, target_logits, drafter.d2t, drafter.t2d, 0.8, token_loss="tvd"
+    )
+    expected = 0.0
+    for j, (_, logits) in enumerate(outputs):
+        p = torch.softmax(target_logits[0, 1 + j : 1 + j + len(logits)], dim=-1)
+        q = torch.softmax(logits, dim=-1)
+        target_ids = torch.arange(64) + drafter.d2t  # draft id -> target id
+        accepted = torch.minimum(p[:, target_ids], q).sum(-1)
+        expected = expected + 0.8**j * (1 - accepted).sum()
+    torch.testing.assert_close(loss, expected)
+    assert [int(stats[f"acc_{j}"][1]) for j in range(steps)] == [int(k.sum()) for k in select]
+
+    final = torch.randn(1, s, target.hidden_size)
+    keep = select[0]
+    hidden, logits = (
+        torch.randn(int(keep.sum()), target.hidden_size),
+        torch.randn(int(keep.sum()), vocab),
+    )
+    with_ce, _ = eagle1_loss_sums([(hidden, logits)], keep, final, target_logits)
+    with_tvd, _ = eagle1_loss_sums([(hidden, logits)], keep, final, target_logits, "tvd")
+    p = torch.softmax(target_logits[0, 1 : 1 + len(logits)], dim=-1)
+    q = torch.softmax(logits, dim=-1)
+    ce = -(p * q.log()).sum()
+    tvd = (1 - torch.minimum(p, q).sum(-1)).sum()
+    torch.testing.assert_close(with_ce - with_tvd, 0.1 * (ce - tvd))
+
+    for kind in ("eagle3", "eagle1"):
+        eagle = {"kind": kind, "token_loss": "tvd"}
+        train = {"max_steps": 6, "log_every": 2, "checkpoint_every": 50}
+        recipe = tiny_eagle_recipe(tmp_path / kind, testbed_tiny[0], chat, eagle=eagle, train=train)
+        result = run(recipe)
+        untrained = _untrained_final_loss(tmp_path / f"{kind}-0", testbed_tiny[0], chat, 6, eagle)
+        assert 0 < result.final_loss < untrained
+        record = read_drafter_record(Path(recipe.output_dir))
+        assert record["recipe"]["eagle"]["token_loss"] == "tvd"
+    with pytest.raises(ValueError, match="token_loss must be one of"):
+        EagleConfig(token_loss="kl")
