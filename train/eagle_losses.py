@@ -122,9 +122,9 @@ def eagle3_loss_sums(
     feature_weight: float = 0.0,
     token_loss: str = "ce",
 ) -> tuple[torch.Tensor, Stats]:
-    """Summed sum_j decay^j x (soft CE over the draft vocabulary, or with `token_loss="tvd"`
-    the rejection probability + `feature_weight` x feature alignment to `fused`, detached);
-    per-step top-1 accuracy."""
+    """Summed sum_j decay^j x (the soft CE over the draft vocabulary — with
+    `token_loss="tvd"`, the rejection probability instead — + `feature_weight` x the feature
+    alignment to `fused`, detached); per-step top-1 accuracy."""
     if feature_weight and fused is None:
         raise ValueError("feature_weight needs the fused states")
     loss = torch.zeros((), device=target_logits.device)
