@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The GPU checks, in one script for a lent CUDA machine (results under $OUT, default ./cuda-check):
-# graphed decoding equals eager decoding (pytest -m gpu), then the side-by-side benchmarks on
+# graphed decoding equals eager decoding (pytest -m gpu), where EAGLE's inputs go wrong if they
+# do (bench/eagle_states_check.py, eager and static), then the side-by-side benchmarks on
 # CUDA: draftzoo eager / static+graphs vs transformers, and the drafter families.
 #   bash bench/cuda_check.sh [PROMPTS]
 # METHODS (runtime bench --methods) and EAGER=0 (skip the eager drafter rows) shorten it.
@@ -21,6 +22,12 @@ python3 -c "import torch, transformers; print(torch.__version__, transformers.__
     | tee -a "$out/device.txt"
 timeout 180 python3 -m pytest -q -m gpu tests/inference/test_cuda_graphs.py -p no:cacheprovider \
     2>&1 | tee "$out/pytest-gpu.txt"
+for family in eagle1 eagle3; do
+    for static in "" --static; do
+        timeout 60 python3 bench/eagle_states_check.py --device cuda $static --prompts 3 \
+            --eagle recipes/zoo/$family-testbed-small 2>&1 | grep -v "Loading weights"
+    done
+done | tee "$out/eagle-states.txt"
 timeout 60 python3 bench/forward_cost.py --device cuda 2>&1 | grep -v "Loading weights" \
     | tee "$out/forward-cost.txt"
 zoo=recipes/zoo
