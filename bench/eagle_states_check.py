@@ -58,11 +58,11 @@ def reference_states(target, layers, ids: list[int], device) -> torch.Tensor:
 
 @torch.no_grad()
 def first_drafts(drafter, ids: list[int], states: torch.Tensor) -> torch.Tensor:
-    """The drafter's first draft token (target ids) at every position of `ids` but the last,
-    from the states of those positions: [len(ids) - 1]."""
+    """The drafter's first draft token (target ids) at each of the first n = min(len(ids) - 1,
+    len(states)) positions, from the states of those positions: [n]."""
     device = drafter.fc.weight.device
-    n = len(ids) - 1
-    tokens = torch.tensor([ids[1:]], device=device)
+    n = min(len(ids) - 1, len(states))
+    tokens = torch.tensor([ids[1 : n + 1]], device=device)
     g = drafter.fuse(states[:n][None].to(device, drafter.fc.weight.dtype))
     positions = torch.arange(n, device=device)[None]
     mask = torch.ones(n, n, dtype=torch.bool, device=device).tril()[None, None]
@@ -117,7 +117,7 @@ def main() -> None:
         above = next((p for p, e in enumerate(error) if e > args.tolerance), None)
         drafted = first_drafts(proposer.drafter, ids, reference)
         drafted_cpu = first_drafts(on_cpu, ids, reference)
-        following = torch.tensor([*ids[2:], -1])  # position t drafts x_{t+2}
+        following = torch.tensor([*ids[2:], -1])[: len(drafted)]  # position t drafts x_{t+2}
         prompt_length = len(ids) - len(out.token_ids)
         scored = slice(prompt_length - 2, len(ids) - 2)  # where generated tokens are drafted
         rate = (drafted[scored] == following[scored]).float().mean().item()
