@@ -30,6 +30,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import torch
+from bench_target import load_target
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from draftzoo.data.prompts import load_prompt_set
@@ -96,12 +97,7 @@ def main() -> None:
         "--static", action="store_true", help="preallocated caches (CUDA graphs on cuda)"
     )
     args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
-
-    tokenizer = AutoTokenizer.from_pretrained(args.target)
-    target = AutoModelForCausalLM.from_pretrained(args.target, dtype=torch.float32)
-    target = target.to(args.device).eval()
+    tokenizer, target = load_target(args.target, args.device, args.threads)
     methods = build_methods(args, target, tokenizer)
     prompts = [p.render(tokenizer, chat=True) for p in load_prompt_set(args.prompt_set)]
     prompts = prompts[: args.prompts + 1]

@@ -25,7 +25,7 @@ import argparse
 import copy
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from bench_target import load_target
 
 from draftzoo.architectures.eagle import DraftCache
 from draftzoo.architectures.target import TargetAdapter
@@ -82,12 +82,7 @@ def main() -> None:
     parser.add_argument("--tolerance", type=float, default=1e-3, help="relative, per position")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = default)")
     args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
-
-    tokenizer = AutoTokenizer.from_pretrained(args.target)
-    target = AutoModelForCausalLM.from_pretrained(args.target, dtype=torch.float32)
-    target = target.to(args.device).eval()
+    tokenizer, target = load_target(args.target, args.device, args.threads)
     proposer = RecordingProposer.from_pretrained(args.eagle, target, tokenizer)
     on_cpu = copy.deepcopy(proposer.drafter).to("cpu")
     cpu_target = TargetAdapter(copy.deepcopy(target).to("cpu"))

@@ -26,6 +26,7 @@ import time
 from collections import defaultdict
 
 import torch
+from bench_target import load_target
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from draftzoo.data.prompts import load_prompt_set
@@ -125,12 +126,7 @@ def main() -> None:
         help="add draftzoo rows on preallocated caches (CUDA graphs on cuda)",
     )
     args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
-
-    tokenizer = AutoTokenizer.from_pretrained(args.target)
-    target = AutoModelForCausalLM.from_pretrained(args.target, dtype=torch.float32)
-    target = target.to(args.device).eval()
+    tokenizer, target = load_target(args.target, args.device, args.threads)
     greedy = SamplingParams(max_new_tokens=args.max_new_tokens)
     plain = SpeculativeGenerator(target, tokenizer)
     # transformers stops at EOS too: give both runtimes the same stop tokens

@@ -19,7 +19,7 @@ import argparse
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from bench_target import load_target
 
 from draftzoo.architectures.eagle import load_eagle
 from draftzoo.architectures.target import TargetAdapter
@@ -41,11 +41,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=4, help="draft steps (chain length)")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = default)")
     args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
-
-    tokenizer = AutoTokenizer.from_pretrained(args.target)
-    target = AutoModelForCausalLM.from_pretrained(args.target, dtype=torch.float32).eval()
+    tokenizer, target = load_target(args.target, "cpu", args.threads)
     adapter = TargetAdapter(target, tokenizer)
     drafters = {}
     for kind, folders in (("EAGLE-1", args.eagle1), ("EAGLE-3", args.eagle3)):
