@@ -177,6 +177,7 @@ def render_card(
             in {
                 "steps",
                 "supervised_tokens",
+                "data_passes",
                 "train_seconds",
                 "num_processes",
                 "final_loss",

@@ -36,3 +36,10 @@ def step_rows(
     ]
     mine = stream[rank::world_size]
     return [mine[i * micro_batch_size : (i + 1) * micro_batch_size] for i in range(grad_accum)]
+
+
+def data_passes(
+    num_rows: int, steps: int, micro_batch_size: int, grad_accum: int, world_size: int
+) -> float:
+    """How many times `steps` optimizer steps go through the `num_rows` rows of the stream."""
+    return steps * micro_batch_size * grad_accum * world_size / num_rows

@@ -30,7 +30,7 @@ from ..data.batching import collate
 from ..data.capture import CaptureConfig, OfflineFeatures, OnlineFeatures, target_logits
 from ..data.token_dataset import DataConfig
 from .checkpoint import CheckpointManager
-from .data_order import step_rows
+from .data_order import data_passes, step_rows
 from .distributed import check_replicas, make_accelerator, uses_deepspeed, whole_weights
 from .losses import DISTILL_LOSSES, distill_loss, top1_agreement, total_variation
 from .optim import adamw
@@ -211,6 +211,10 @@ def run(recipe: DraftLMRecipe) -> TrainResult:
     )
     pad_id = target.tokenizer.pad_token_id or 0
     rank, world = accelerator.process_index, accelerator.num_processes
+    passes = data_passes(len(dataset), cfg.max_steps, cfg.micro_batch_size, cfg.grad_accum, world)
+    logger.info(
+        "%d steps: %.2f passes over the %d training rows", cfg.max_steps, passes, len(dataset)
+    )
     bar = tqdm(
         total=cfg.max_steps, initial=start_step, disable=not accelerator.is_local_main_process
     )
@@ -292,6 +296,7 @@ def run(recipe: DraftLMRecipe) -> TrainResult:
                 "training": {
                     "steps": cfg.max_steps,
                     "supervised_tokens": supervised,
+                    "data_passes": round(passes, 4),
                     "final_loss": last_loss,
                     "top1_agreement": last_agree,
                     "train_seconds": round(seconds, 1),
@@ -304,5 +309,5 @@ def run(recipe: DraftLMRecipe) -> TrainResult:
         )
     accelerator.end_training()
     return TrainResult(
-        output_dir, cfg.max_steps, supervised, last_loss, last_agree, seconds, start_step
+        output_dir, cfg.max_steps, supervised, last_loss, last_agree, seconds, start_step, passes
     )

@@ -31,7 +31,7 @@ from ..data.capture import CaptureConfig, OfflineFeatures, OnlineFeatures, targe
 from ..data.draft_vocab import build_vocab_map, count_supervised_tokens, coverage
 from ..data.token_dataset import DataConfig
 from .checkpoint import CheckpointManager
-from .data_order import step_rows
+from .data_order import data_passes, step_rows
 from .distributed import check_replicas, make_accelerator, uses_deepspeed, whole_weights
 from .eagle_losses import (
     attention_allowed,
@@ -212,6 +212,10 @@ def run(recipe: EagleRecipe) -> TrainResult:
     )
     pad_id = target.tokenizer.pad_token_id or 0
     rank, world = accelerator.process_index, accelerator.num_processes
+    passes = data_passes(len(dataset), cfg.max_steps, cfg.micro_batch_size, cfg.grad_accum, world)
+    logger.info(
+        "%d steps: %.2f passes over the %d training rows", cfg.max_steps, passes, len(dataset)
+    )
     bar = tqdm(
         total=cfg.max_steps, initial=start_step, disable=not accelerator.is_local_main_process
     )
@@ -296,6 +300,7 @@ def run(recipe: EagleRecipe) -> TrainResult:
                 "training": {
                     "steps": cfg.max_steps,
                     "supervised_tokens": supervised,
+                    "data_passes": round(passes, 4),
                     "final_loss": last_loss,
                     "ttt_accuracy": accuracies,
                     "simulated_acceptance_length": simulated_acceptance_length(accuracies),
@@ -309,5 +314,5 @@ def run(recipe: EagleRecipe) -> TrainResult:
         )
     accelerator.end_training()
     return TrainResult(
-        output_dir, cfg.max_steps, supervised, last_loss, accuracies[0], seconds, start_step
+        output_dir, cfg.max_steps, supervised, last_loss, accuracies[0], seconds, start_step, passes
     )

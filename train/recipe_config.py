@@ -65,3 +65,4 @@ class TrainResult:
     top1_agreement: float
     train_seconds: float
     resumed_from: int
+    data_passes: float

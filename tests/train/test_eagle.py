@@ -54,6 +54,8 @@ def test_eagle3_trains_exports_and_loads_back(testbed_tiny, chat, tmp_path):
     assert len(training["ttt_accuracy"]) == 3 and training["steps"] == 12
     assert 1.0 <= training["simulated_acceptance_length"] <= 4.0
     assert 0 < result.final_loss < 50 and result.supervised_tokens > 0
+    assert result.data_passes > 0
+    assert training["data_passes"] == pytest.approx(result.data_passes, abs=1e-4)
     weights = load_file(folder / "model.safetensors")
     assert weights["d2t"].dtype == torch.int64 and weights["d2t"].shape == (200,)
     assert weights["t2d"].dtype == torch.bool and int(weights["t2d"].sum()) == 200
