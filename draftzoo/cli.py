@@ -161,7 +161,7 @@ def _train(args: argparse.Namespace) -> int:
         print(f"drafter: {result.output_dir}")
         print(f"steps: {result.steps} (resumed from step {result.resumed_from})")
         print(f"supervised tokens: {result.supervised_tokens}")
-        print(f"passes over the training rows: {result.data_passes:.2f}")
+        print(f"passes over the training rows: {result.data_passes:.3g}")
         print(f"final loss: {result.final_loss:.4f}")
         print(f"top-1 agreement (first draft position): {result.top1_agreement:.4f}")
         print(f"train seconds: {result.train_seconds:.1f}")

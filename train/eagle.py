@@ -214,7 +214,7 @@ def run(recipe: EagleRecipe) -> TrainResult:
     rank, world = accelerator.process_index, accelerator.num_processes
     passes = data_passes(len(dataset), cfg.max_steps, cfg.micro_batch_size, cfg.grad_accum, world)
     logger.info(
-        "%d steps: %.2f passes over the %d training rows", cfg.max_steps, passes, len(dataset)
+        "%d steps: %.3g passes over the %d training rows", cfg.max_steps, passes, len(dataset)
     )
     bar = tqdm(
         total=cfg.max_steps, initial=start_step, disable=not accelerator.is_local_main_process
