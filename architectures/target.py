@@ -89,7 +89,7 @@ class TargetOutput:
 
     logits: torch.Tensor | None  # [batch, seq, vocab]
     hidden_states: dict[int, torch.Tensor]  # HF index -> [batch, seq, hidden]
-    past_key_values: Any
+    cache: Any  # None unless the forward was asked for one (use_cache)
 
 
 class TargetAdapter(nn.Module):
@@ -211,8 +211,16 @@ class TargetAdapter(nn.Module):
         return TargetOutput(
             logits=out.logits if compute_logits else None,
             hidden_states=dict(captured),
-            past_key_values=getattr(out, "past_key_values", None),
+            cache=_returned_cache(out),
         )
+
+
+def _returned_cache(out) -> Any:
+    """The cache a forward returned: `cache` in newer transformers, `past_key_values` before.
+
+    Read as a mapping: the `past_key_values` attribute of newer outputs warns it is deprecated.
+    """
+    return out["cache"] if "cache" in out else out.get("past_key_values")
 
 
 def _store_input(captured: dict[int, torch.Tensor], index: int):

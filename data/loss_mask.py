@@ -67,14 +67,18 @@ def assistant_spans(tokenizer, messages) -> tuple[str, list[tuple[int, int]]]:
 
 
 def tokenize_sample(tokenizer, sample: Sample) -> Tokenized:
-    """Token ids and the loss mask of one conversation or plain text."""
+    """Token ids and the loss mask of one conversation or plain text.
+
+    Rows are cut to length later (packing, truncation), so the tokenizer's warning about text
+    longer than the model's maximum is silenced (`verbose=False`).
+    """
     if sample.text is not None:
-        ids = tokenizer(sample.text, add_special_tokens=False)["input_ids"]
+        ids = tokenizer(sample.text, add_special_tokens=False, verbose=False)["input_ids"]
         if tokenizer.eos_token_id is not None:
             ids = [*ids, tokenizer.eos_token_id]
         return Tokenized(input_ids=ids, loss_mask=[1] * len(ids))
     text, spans = assistant_spans(tokenizer, sample.messages)
-    encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True, verbose=False)
     mask = []
     span_index = 0
     for start, _ in encoded["offset_mapping"]:

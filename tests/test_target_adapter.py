@@ -80,3 +80,10 @@ def test_fingerprint_roundtrip_and_mismatch_names_both_sides():
     message = str(err.value)
     assert "LlamaForCausalLM != Qwen3ForCausalLM" in message
     assert "vocab_size: 96 != 100" in message
+
+
+def test_forward_returns_the_cache_it_filled():
+    adapter = TargetAdapter(tiny_causal_lm("llama"))
+    out = adapter(torch.tensor([[1, 2, 3, 4]]), use_cache=True)
+    assert out.cache is not None and out.cache.get_seq_length() == 4
+    assert adapter(torch.tensor([[1, 2]]), use_cache=False).cache is None
