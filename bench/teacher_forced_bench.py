@@ -11,6 +11,10 @@ every drafter is then scored on every position of those sequences
 tokens the drafter cannot propose (an EAGLE-3 drafter's pruned vocabulary), and the step
 acceptances counting only tokens that every compared drafter can propose, which separates what
 a pruned vocabulary costs from how well a drafter predicts inside it.
+
+`--position-edges 128 256 384` adds, per drafter, the first step's acceptance split by the
+sequence position its draft lands at ([0, 128), [128, 256), ...): with `--max-new-tokens`
+long enough, it shows how drafters trained on rows of some length hold up past it.
 """
 
 from __future__ import annotations
@@ -40,6 +44,13 @@ def main() -> None:
     parser.add_argument("--temperatures", type=float, nargs="+", default=[0.0, 1.0])
     parser.add_argument("--steps", type=int, default=4, help="draft steps (chain length)")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = default)")
+    parser.add_argument(
+        "--position-edges",
+        type=int,
+        nargs="*",
+        default=[],
+        help="split the first step's acceptance by draft position at these edges",
+    )
     args = parser.parse_args()
     tokenizer, target = load_target(args.target, "cpu", args.threads)
     adapter = TargetAdapter(target, tokenizer)
@@ -67,14 +78,24 @@ def main() -> None:
             f"{'drafter':{width}} {'tau':>5} {'positions':>9} {'outside':>8}  "
             "acceptance per step | inside the common vocabulary"
         )
+        by_position = {}
         for name, drafter in drafters.items():
-            scores = teacher_forced_scores(drafter, adapter, sequences, params, args.steps, common)
+            scores = teacher_forced_scores(
+                drafter, adapter, sequences, params, args.steps, common, args.position_edges
+            )
             steps = " ".join(f"{a:.3f}" for a in scores.acceptance)
             steps_inside = " ".join(f"{a:.3f}" for a in scores.within)
             print(
                 f"{name:{width}} {scores.tau:5.2f} {scores.positions:9d} "
                 f"{scores.outside_mass:8.3f}  {steps} | {steps_inside}"
             )
+            by_position[name] = scores.by_position
+        for name, position_buckets in by_position.items() if args.position_edges else ():
+            buckets = "  ".join(
+                f"[{b.start},{'' if b.end is None else b.end}) {b.acceptance:.3f} ({b.positions})"
+                for b in position_buckets
+            )
+            print(f"{name:{width}} first step by draft position: {buckets}")
 
 
 if __name__ == "__main__":

@@ -21,6 +21,8 @@ positions than decoding visits, and with no timing noise.
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -32,6 +34,16 @@ from ..train.eagle_losses import simulated_acceptance_length
 
 
 @dataclass(frozen=True)
+class PositionBucket:
+    """First-step acceptance of the drafts landing at sequence positions [start, end)."""
+
+    start: int
+    end: int | None  # None: no upper bound
+    acceptance: float  # mean sum_x min(p, q) of step 0 (0.0 when nothing was scored)
+    positions: int
+
+
+@dataclass(frozen=True)
 class TeacherForcedScores:
     """Mean scores over every scored position of every sequence."""
 
@@ -40,6 +52,8 @@ class TeacherForcedScores:
     positions: int  # positions scored per step
     #: a_j counting only the overlap on the `within` tokens given to `teacher_forced_scores`
     within: list[float] | None = None
+    #: step 0 split by where its draft lands, when `position_edges` were given
+    by_position: list[PositionBucket] | None = None
 
     @property
     def tau(self) -> float:
@@ -112,14 +126,21 @@ def teacher_forced_scores(
     params: SamplingParams,
     steps: int = 4,
     within: torch.Tensor | None = None,  # [vocab] bool: also score only these tokens' overlap
+    position_edges: Sequence[int] = (),
 ) -> TeacherForcedScores:
     """Per-step acceptance over the generated part of each sequence: every position t from
     the last prompt token's predecessor on whose `steps` drafts all lie inside the sequence.
     With `within` (e.g. another drafter's vocabulary), the same pass also scores the overlap
-    on those tokens only."""
+    on those tokens only. With `position_edges` (increasing), step 0 is also split by the
+    sequence position of its draft (t + 2 drafts x_{t+2}): [0, e_1), [e_1, e_2), ...,
+    [e_last, end) — how a drafter trained on short rows holds up deeper into a context."""
     device = drafter.fc.weight.device
     can_propose = proposable(drafter).to(device)
     keep = None if within is None else within.to(device)
+    edges = [0, *position_edges]
+    if any(b <= a for a, b in itertools.pairwise(edges)):
+        raise ValueError(f"position_edges must increase from above 0, got {list(position_edges)}")
+    bucket_sums, bucket_counts = [0.0] * len(edges), [0] * len(edges)
     sums, sums_within, outside, count = [0.0] * steps, [0.0] * steps, 0.0, 0
     for tokens, prompt_length in sequences:
         if prompt_length < 2:
@@ -134,15 +155,31 @@ def teacher_forced_scores(
             sums[j] += float(overlap.sum())
             if keep is not None:
                 sums_within[j] += float(overlap[:, keep].sum())
+            if j == 0:
+                per_position = overlap.sum(-1)
+                bucket = torch.bucketize(ts + 2, torch.tensor(edges, device=device), right=True)
+                for b in range(len(edges)):
+                    bucket_sums[b] += float(per_position[bucket == b + 1].sum())
+                    bucket_counts[b] += int((bucket == b + 1).sum())
         outside += float(p[ts + 1][:, ~can_propose].sum())
         count += len(ts)
     if not count:
         raise ValueError(f"no sequence is long enough to score {steps} draft steps")
+    buckets = [
+        PositionBucket(
+            start,
+            end,
+            bucket_sums[b] / bucket_counts[b] if bucket_counts[b] else 0.0,
+            bucket_counts[b],
+        )
+        for b, (start, end) in enumerate(zip(edges, [*edges[1:], None], strict=True))
+    ]
     return TeacherForcedScores(
         [total / count for total in sums],
         outside / count,
         count,
         None if keep is None else [total / count for total in sums_within],
+        buckets if position_edges else None,
     )
 
 

@@ -135,3 +135,27 @@ def test_greedy_scores_count_agreeing_argmaxes(drafters, tiny_target_model):
     scores = teacher_forced_scores(drafter, adapter, sequences, params, 1)
     assert scores.positions == total
     assert scores.acceptance[0] == pytest.approx(hits / total)
+
+
+def test_first_step_split_by_draft_position_adds_up(drafters, tiny_target_model):
+    """The buckets partition step 0's positions by where the draft lands (t + 2) and their
+    weighted mean is step 0's acceptance."""
+    model, tokenizer, _ = tiny_target_model
+    adapter = TargetAdapter(model, tokenizer)
+    drafter = load_eagle(drafters["eagle1"], adapter)
+    params = SamplingParams(temperature=1.0, max_new_tokens=24, seed=0)
+    sequences = target_sequences(model, tokenizer, PROMPTS[:2], params)
+    edges = (12, 20)
+    scores = teacher_forced_scores(drafter, adapter, sequences, params, STEPS, position_edges=edges)
+    buckets = scores.by_position
+    assert [(b.start, b.end) for b in buckets] == [(0, 12), (12, 20), (20, None)]
+    # draft positions t + 2 for t = n - 2 .. len - 1 - STEPS
+    lands = [t + 2 for ids, n in sequences for t in range(n - 2, len(ids) - STEPS)]
+    expected = [sum(a <= x < (b or 10**9) for x in lands) for a, b in ((0, 12), (12, 20), (20, 0))]
+    assert all(expected), expected  # every bucket holds drafts
+    assert [b.positions for b in buckets] == expected and sum(expected) == scores.positions
+    mean = sum(b.acceptance * b.positions for b in buckets) / scores.positions
+    assert mean == pytest.approx(scores.acceptance[0])
+    assert teacher_forced_scores(drafter, adapter, sequences, params, STEPS).by_position is None
+    with pytest.raises(ValueError, match="must increase"):
+        teacher_forced_scores(drafter, adapter, sequences, params, STEPS, position_edges=(8, 8))
