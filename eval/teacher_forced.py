@@ -140,7 +140,9 @@ def teacher_forced_scores(
     edges = [0, *position_edges]
     if any(b <= a for a, b in itertools.pairwise(edges)):
         raise ValueError(f"position_edges must increase from above 0, got {list(position_edges)}")
-    bucket_sums, bucket_counts = [0.0] * len(edges), [0] * len(edges)
+    edges_tensor = torch.tensor(edges, device=device)
+    bucket_sums = torch.zeros(len(edges), dtype=torch.float64, device=device)
+    bucket_counts = torch.zeros(len(edges), dtype=torch.long, device=device)
     sums, sums_within, outside, count = [0.0] * steps, [0.0] * steps, 0.0, 0
     for tokens, prompt_length in sequences:
         if prompt_length < 2:
@@ -155,24 +157,20 @@ def teacher_forced_scores(
             sums[j] += float(overlap.sum())
             if keep is not None:
                 sums_within[j] += float(overlap[:, keep].sum())
-            if j == 0:
-                per_position = overlap.sum(-1)
-                bucket = torch.bucketize(ts + 2, torch.tensor(edges, device=device), right=True)
-                for b in range(len(edges)):
-                    bucket_sums[b] += float(per_position[bucket == b + 1].sum())
-                    bucket_counts[b] += int((bucket == b + 1).sum())
+            if j == 0 and position_edges:
+                bucket = torch.bucketize(ts + 2, edges_tensor, right=True) - 1
+                weights = overlap.sum(-1).double()
+                bucket_sums += torch.bincount(bucket, weights, minlength=len(edges))
+                bucket_counts += torch.bincount(bucket, minlength=len(edges))
         outside += float(p[ts + 1][:, ~can_propose].sum())
         count += len(ts)
     if not count:
         raise ValueError(f"no sequence is long enough to score {steps} draft steps")
     buckets = [
-        PositionBucket(
-            start,
-            end,
-            bucket_sums[b] / bucket_counts[b] if bucket_counts[b] else 0.0,
-            bucket_counts[b],
+        PositionBucket(start, end, float(total / n) if n else 0.0, int(n))
+        for start, end, total, n in zip(
+            edges, [*edges[1:], None], bucket_sums.tolist(), bucket_counts.tolist(), strict=True
         )
-        for b, (start, end) in enumerate(zip(edges, [*edges[1:], None], strict=True))
     ]
     return TeacherForcedScores(
         [total / count for total in sums],
