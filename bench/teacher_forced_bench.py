@@ -15,6 +15,8 @@ a pruned vocabulary costs from how well a drafter predicts inside it.
 `--position-edges 128 256 384` adds, per drafter, the first step's acceptance split by the
 sequence position its draft lands at ([0, 128), [128, 256), ...): with `--max-new-tokens`
 long enough, it shows how drafters trained on rows of some length hold up past it.
+Every run also splits the first step by whether the token drafted repeats an earlier bigram
+of its sequence (a copy from the context) or is fresh (`draftzoo.data.repeats`).
 """
 
 from __future__ import annotations
@@ -78,7 +80,7 @@ def main() -> None:
             f"{'drafter':{width}} {'tau':>5} {'positions':>9} {'outside':>8}  "
             "acceptance per step | inside the common vocabulary"
         )
-        by_position = {}
+        by_position, by_repeat = {}, {}
         for name, drafter in drafters.items():
             scores = teacher_forced_scores(
                 drafter, adapter, sequences, params, args.steps, common, args.position_edges
@@ -90,6 +92,13 @@ def main() -> None:
                 f"{scores.outside_mass:8.3f}  {steps} | {steps_inside}"
             )
             by_position[name] = scores.by_position
+            by_repeat[name] = scores.repeated, scores.fresh
+        for name, (repeated, fresh) in by_repeat.items():
+            print(
+                f"{name:{width}} first step on repeated bigrams {repeated.acceptance:.3f} "
+                f"({repeated.positions}), on fresh tokens {fresh.acceptance:.3f} "
+                f"({fresh.positions})"
+            )
         for name, position_buckets in by_position.items() if args.position_edges else ():
             buckets = "  ".join(
                 f"[{b.start},{'' if b.end is None else b.end}) {b.acceptance:.3f} ({b.positions})"

@@ -439,6 +439,18 @@ def batch_one_breakdown(report: dict[str, Any]) -> list[tuple[float, str, str]]:
     ]
 
 
+def _repeat_split(entry: dict[str, Any]) -> str:
+    """ "; first step on repeated bigrams .. (n), fresh .. (n)", or "" for reports written
+    before the split existed."""
+    if "first_step_repeated" not in entry:
+        return ""
+    repeated, fresh = entry["first_step_repeated"], entry["first_step_fresh"]
+    return (
+        f"; first step on repeated bigrams {repeated['acceptance']:.3f} "
+        f"({repeated['positions']}), fresh {fresh['acceptance']:.3f} ({fresh['positions']})"
+    )
+
+
 def teacher_forced_breakdown(report: dict[str, Any]) -> list[tuple[float, str]]:
     """(temperature, "tau .. (.. steps, .. positions); acceptance per step ..; ..") of every
     teacher-forced entry (none without `--teacher-forced`)."""
@@ -447,7 +459,7 @@ def teacher_forced_breakdown(report: dict[str, Any]) -> list[tuple[float, str]]:
             r["temperature"],
             f"tau {r['tau']:.2f} ({r['steps']} steps, {r['positions']} positions); acceptance "
             f"per step {' '.join(f'{a:.3f}' for a in r['acceptance_per_step'])}; target mass "
-            f"outside the draft vocabulary {r['outside_mass']:.3f}",
+            f"outside the draft vocabulary {r['outside_mass']:.3f}{_repeat_split(r)}",
         )
         for r in report.get("teacher_forced") or []
     ]

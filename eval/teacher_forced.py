@@ -17,18 +17,22 @@ a_i. At T = 0 on the target's greedy output that condition is exact; at T > 0 it
 (accepted drafts follow min(p, q) renormalised, the sequence follows p). Every position of every
 sequence counts, from one target forward per sequence, so drafters compare on far more
 positions than decoding visits, and with no timing noise.
+
+The first step is also split by whether its draft repeats an earlier bigram of the sequence
+(`draftzoo.data.repeats`): a copy from the context, or fresh text.
 """
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import torch
 
 from ..architectures.eagle import EagleDrafter
 from ..architectures.target import TargetAdapter
+from ..data.repeats import repeated_bigrams
 from ..inference.sampling import SamplingParams, probabilities
 from ..train.eagle_losses import simulated_acceptance_length
 
@@ -44,6 +48,14 @@ class PositionBucket:
 
 
 @dataclass(frozen=True)
+class DraftSubset:
+    """First-step acceptance over a subset of the scored positions."""
+
+    acceptance: float  # mean sum_x min(p, q) of step 0 (0.0 when nothing was scored)
+    positions: int
+
+
+@dataclass(frozen=True)
 class TeacherForcedScores:
     """Mean scores over every scored position of every sequence."""
 
@@ -54,6 +66,9 @@ class TeacherForcedScores:
     within: list[float] | None = None
     #: step 0 split by where its draft lands, when `position_edges` were given
     by_position: list[PositionBucket] | None = None
+    #: step 0 on drafts repeating an earlier bigram of their sequence (a copy), and the rest
+    repeated: DraftSubset | None = None
+    fresh: DraftSubset | None = None
 
     @property
     def tau(self) -> float:
@@ -133,7 +148,9 @@ def teacher_forced_scores(
     With `within` (e.g. another drafter's vocabulary), the same pass also scores the overlap
     on those tokens only. With `position_edges` (increasing), step 0 is also split by the
     sequence position of its draft (t + 2 drafts x_{t+2}): [0, e_1), [e_1, e_2), ...,
-    [e_last, end) — how a drafter trained on short rows holds up deeper into a context."""
+    [e_last, end) — how a drafter trained on short rows holds up deeper into a context.
+    Step 0 is always split by whether the sequence's token at the draft's position repeats an
+    earlier bigram of the sequence (a draft landing past the end counts as fresh)."""
     device = drafter.fc.weight.device
     can_propose = proposable(drafter).to(device)
     keep = None if within is None else within.to(device)
@@ -144,6 +161,7 @@ def teacher_forced_scores(
     bucket_sums = torch.zeros(len(edges), dtype=torch.float64, device=device)
     bucket_counts = torch.zeros(len(edges), dtype=torch.long, device=device)
     sums, sums_within, outside, count = [0.0] * steps, [0.0] * steps, 0.0, 0
+    repeated_sum, repeated_count = 0.0, 0
     for tokens, prompt_length in sequences:
         if prompt_length < 2:
             raise ValueError("a scored sequence needs a prompt of at least two tokens")
@@ -157,6 +175,12 @@ def teacher_forced_scores(
             sums[j] += float(overlap.sum())
             if keep is not None:
                 sums_within[j] += float(overlap[:, keep].sum())
+            if j == 0:
+                repeats = repeated_bigrams(ids, torch.arange(len(tokens), device=device)[None])
+                past_end = torch.zeros(2, dtype=torch.bool, device=device)
+                copied = torch.cat([repeats[0], past_end])[ts + 2]
+                repeated_sum += float(overlap[copied].sum())
+                repeated_count += int(copied.sum())
             if j == 0 and position_edges:
                 bucket = torch.bucketize(ts + 2, edges_tensor, right=True) - 1
                 weights = overlap.sum(-1).double()
@@ -172,12 +196,15 @@ def teacher_forced_scores(
             edges, [*edges[1:], None], bucket_sums.tolist(), bucket_counts.tolist(), strict=True
         )
     ]
+    fresh_count = count - repeated_count
     return TeacherForcedScores(
         [total / count for total in sums],
         outside / count,
         count,
         None if keep is None else [total / count for total in sums_within],
         buckets if position_edges else None,
+        DraftSubset(repeated_sum / repeated_count if repeated_count else 0.0, repeated_count),
+        DraftSubset((sums[0] - repeated_sum) / fresh_count if fresh_count else 0.0, fresh_count),
     )
 
 
@@ -207,6 +234,8 @@ def teacher_forced_results(
                 "acceptance_per_step": scores.acceptance,
                 "outside_mass": scores.outside_mass,
                 "positions": scores.positions,
+                "first_step_repeated": asdict(scores.repeated),
+                "first_step_fresh": asdict(scores.fresh),
             }
         )
     return results

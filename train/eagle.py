@@ -29,11 +29,13 @@ from ..architectures.eagle import EagleConfig, build_eagle, init_draft_head
 from ..data.batching import collate
 from ..data.capture import CaptureConfig, OfflineFeatures, OnlineFeatures, target_logits
 from ..data.draft_vocab import build_vocab_map, count_supervised_tokens, coverage
+from ..data.repeats import repeated_bigrams
 from ..data.token_dataset import DataConfig
 from .checkpoint import CheckpointManager
 from .data_order import data_passes, step_rows
 from .distributed import check_replicas, make_accelerator, uses_deepspeed, whole_weights
 from .eagle_losses import (
+    ahead,
     attention_allowed,
     eagle1_loss_sums,
     eagle3_loss_sums,
@@ -113,8 +115,10 @@ def _loss_sums(recipe, drafter, module, target, states, batch):
     select = [real_positions(batch, 2 + j) for j in range(config.ttt_steps)]
     allowed = attention_allowed(batch)
     outputs = drafter(batch.input_ids, fused, batch.position_ids, allowed, select)
+    repeats = repeated_bigrams(batch.input_ids, batch.position_ids)
+    repeated = ahead(repeats, 2, select[0])
     if config.kind == "eagle1":
-        return eagle1_loss_sums(outputs, select[0], final, logits, config.token_loss)
+        return eagle1_loss_sums(outputs, select[0], final, logits, config.token_loss, repeated)
     g0 = None
     if config.feature_weight:
         with torch.no_grad():
@@ -129,6 +133,7 @@ def _loss_sums(recipe, drafter, module, target, states, batch):
         fused=g0,
         feature_weight=config.feature_weight,
         token_loss=config.token_loss,
+        repeated=repeated,
     )
 
 
@@ -266,7 +271,10 @@ def run(recipe: EagleRecipe) -> TrainResult:
             metrics["train/simulated_acceptance_length"] = simulated_acceptance_length(accuracies)
             metrics["supervised_tokens"] = supervised
             accelerator.log(metrics, step=done)
-            bar.set_postfix(loss=f"{last_loss:.3f}", acc0=f"{accuracies[0]:.3f}")
+            shown = {"loss": f"{last_loss:.3f}", "acc0": f"{accuracies[0]:.3f}"}
+            if "train/acc_0_repeated" in metrics:
+                shown["repeated"] = f"{metrics['train/acc_0_repeated']:.3f}"
+            bar.set_postfix(shown)
         if done % cfg.checkpoint_every == 0 and done < cfg.max_steps:
             checkpoints.save(
                 accelerator,

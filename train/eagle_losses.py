@@ -77,15 +77,29 @@ def rejection(logits: torch.Tensor, target_probs: torch.Tensor) -> torch.Tensor:
     return 1 - torch.minimum(q, target_probs).sum(-1)
 
 
+def split_by_repeats(correct: torch.Tensor, repeated: torch.Tensor | None) -> Stats:
+    """First-step hits [sum, count] on drafted tokens that repeat an earlier bigram of their
+    sample (`acc_0_repeated`: a copy from context) and on the rest (`acc_0_fresh`); `correct`
+    and `repeated` are [n] bool over the same positions. Empty when `repeated` is None."""
+    if repeated is None:
+        return {}
+    stats: Stats = {}
+    for name, where in (("acc_0_repeated", repeated), ("acc_0_fresh", ~repeated)):
+        stats[name] = torch.stack([correct[where].sum(), where.sum()]).float()
+    return stats
+
+
 def eagle1_loss_sums(
     outputs: list[tuple[torch.Tensor, torch.Tensor]],  # the drafter's forward, one step
     keep: torch.Tensor,  # [b, s] bool: the positions `outputs` holds
     final: torch.Tensor,  # [b, s, h] target final post-norm states
     target_logits: torch.Tensor,  # [b, s, V]
     token_loss: str = "ce",
+    repeated: torch.Tensor | None = None,  # [n] bool at `keep`: x_{t+2} repeats a bigram
 ) -> tuple[torch.Tensor, Stats]:
     """Summed EAGLE-1 loss: SmoothL1 to the next feature + 0.1 x soft CE (or, with
-    `token_loss="tvd"`, the rejection probability); stats."""
+    `token_loss="tvd"`, the rejection probability); stats (with `repeated`, the top-1
+    accuracy split by `split_by_repeats`)."""
     ((hidden, logits),) = outputs
     want_feature = ahead(final, 1, keep).float()
     probs = torch.softmax(ahead(target_logits, 1, keep).float(), dim=-1)
@@ -94,10 +108,11 @@ def eagle1_loss_sums(
     loss = feature.sum() + 0.1 * tokens.sum()
     count = keep.sum().to(loss.dtype)
     with torch.no_grad():
-        hits = (logits.argmax(-1) == probs.argmax(-1)).sum().to(loss.dtype)
+        correct = logits.argmax(-1) == probs.argmax(-1)
     stats = {
         "feature_loss": torch.stack([feature.detach().sum(), count]),
-        "acc_0": torch.stack([hits, count]),
+        "acc_0": torch.stack([correct.sum().to(loss.dtype), count]),
+        **split_by_repeats(correct, repeated),
     }
     return loss, stats
 
@@ -121,10 +136,12 @@ def eagle3_loss_sums(
     fused: torch.Tensor | None = None,  # [b, s, h] step 0's fused states, for the aux loss
     feature_weight: float = 0.0,
     token_loss: str = "ce",
+    repeated: torch.Tensor | None = None,  # [n_0] bool at select[0]: x_{t+2} repeats a bigram
 ) -> tuple[torch.Tensor, Stats]:
     """Summed sum_j decay^j x (the soft CE over the draft vocabulary — with
     `token_loss="tvd"`, the rejection probability instead — + `feature_weight` x the feature
-    alignment to `fused`, detached); per-step top-1 accuracy."""
+    alignment to `fused`, detached); per-step top-1 accuracy (with `repeated`, step 0's
+    split by `split_by_repeats`)."""
     if feature_weight and fused is None:
         raise ValueError("feature_weight needs the fused states")
     loss = torch.zeros((), device=target_logits.device)
@@ -145,8 +162,11 @@ def eagle3_loss_sums(
             aligned = aligned + alignment.detach()
         with torch.no_grad():
             draft_ids = logits.argmax(-1)
-            hits = (draft_ids + d2t[draft_ids] == wanted).sum().to(loss.dtype)
+            correct = draft_ids + d2t[draft_ids] == wanted
+            hits = correct.sum().to(loss.dtype)
             stats[f"acc_{j}"] = torch.stack([hits, real.sum().to(loss.dtype)])
+            if j == 0:
+                stats.update(split_by_repeats(correct, repeated))
     if feature_weight:
         count = torch.stack([real.sum() for real in select]).sum().to(aligned)
         stats["feature_loss"] = torch.stack([aligned, count])

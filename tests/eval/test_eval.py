@@ -150,7 +150,10 @@ def test_teacher_forced_field_is_the_chains_teacher_forced_score(
         assert entry["acceptance_per_step"] == scores.acceptance
         assert entry["tau"] == scores.tau and 1.0 <= entry["tau"] <= 4.0
         assert 0.0 <= entry["outside_mass"] <= 1.0
+        assert entry["first_step_repeated"]["positions"] == scores.repeated.positions
+        assert entry["first_step_fresh"]["acceptance"] == scores.fresh.acceptance
     assert "T=1: teacher-forced tau" in summary_text(report)
+    assert "first step on repeated bigrams" in summary_text(report)
     assert eval_command(report, "D").endswith("--teacher-forced")
     record = {"family": "eagle3", "hidden_state_layers": [1, 1, 1]}
     assert "T=0, teacher-forced on the target's continuations: tau" in render_card(

@@ -12,6 +12,7 @@ from draftzoo.architectures.target import TargetAdapter
 from draftzoo.eval.teacher_forced import (
     proposable,
     target_sequences,
+    teacher_forced_results,
     teacher_forced_scores,
     unrolled_distributions,
 )
@@ -159,3 +160,33 @@ def test_first_step_split_by_draft_position_adds_up(drafters, tiny_target_model)
     assert teacher_forced_scores(drafter, adapter, sequences, params, STEPS).by_position is None
     with pytest.raises(ValueError, match="must increase"):
         teacher_forced_scores(drafter, adapter, sequences, params, STEPS, position_edges=(8, 8))
+
+
+def test_first_step_split_into_repeated_and_fresh_drafts_adds_up(drafters, tiny_target_model):
+    """Step 0 splits by whether the sequence's token at the draft's position (t + 2) repeats
+    an earlier bigram of the sequence; the two subsets partition the scored positions and
+    their weighted mean is step 0's acceptance. The report entry carries both."""
+    model, tokenizer, _ = tiny_target_model
+    adapter = TargetAdapter(model, tokenizer)
+    drafter = load_eagle(drafters["eagle3"], adapter)
+    params = SamplingParams(temperature=0.0, max_new_tokens=40)
+    sequences = target_sequences(model, tokenizer, PROMPTS[:2], params)
+    scores = teacher_forced_scores(drafter, adapter, sequences, params, STEPS)
+    by_hand = 0
+    for ids, n in sequences:
+        for t in range(n - 2, len(ids) - STEPS):
+            pair = (ids[t + 1], ids[t + 2])
+            by_hand += any((ids[j - 1], ids[j]) == pair for j in range(1, t + 2))
+    repeated, fresh = scores.repeated, scores.fresh
+    assert repeated.positions == by_hand > 0 and fresh.positions > 0
+    assert repeated.positions + fresh.positions == scores.positions
+    mean = (repeated.acceptance * repeated.positions + fresh.acceptance * fresh.positions) / (
+        scores.positions
+    )
+    assert mean == pytest.approx(scores.acceptance[0])
+    (entry,) = teacher_forced_results(model, tokenizer, drafter, PROMPTS[:2], (0.0,), 40, STEPS)
+    assert entry["first_step_repeated"] == {
+        "acceptance": pytest.approx(repeated.acceptance),
+        "positions": repeated.positions,
+    }
+    assert entry["first_step_fresh"]["positions"] == fresh.positions

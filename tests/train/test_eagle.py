@@ -264,3 +264,45 @@ def test_tvd_token_loss_is_the_rejection_probability_and_trains(testbed_tiny, ch
         assert record["recipe"]["eagle"]["token_loss"] == "tvd"
     with pytest.raises(ValueError, match="token_loss must be one of"):
         EagleConfig(token_loss="kl")
+
+
+@pytest.mark.parametrize("kind", ["eagle1", "eagle3"])
+def test_first_step_accuracy_splits_into_repeated_and_fresh_tokens(
+    testbed_tiny, chat, tmp_path, kind
+):
+    """The training stats split step 0's top-1 hits between drafted tokens that repeat an
+    earlier bigram of their packed sample and fresh ones: the two add up to `acc_0`, and the
+    repeated positions are the ones counted by hand."""
+    from draftzoo.architectures.eagle import build_eagle
+    from draftzoo.data.batching import collate
+    from draftzoo.data.capture import OnlineFeatures
+    from draftzoo.train.eagle import _loss_sums
+    from draftzoo.train.eagle_losses import real_positions
+
+    recipe = tiny_eagle_recipe(tmp_path, testbed_tiny[0], chat, eagle={"kind": kind})
+    target = load_target(recipe.target, "cpu")
+    drafter = build_eagle(recipe.eagle, target)
+    torch.manual_seed(0)
+    rows = []
+    for index, lengths in enumerate(([20, 12], [30])):
+        ids = torch.randint(10, 16, (sum(lengths),)).tolist()  # 6 tokens: many repeats
+        mask = [0, 0] + [1] * (sum(lengths) - 2)
+        rows.append({"input_ids": ids, "loss_mask": mask, "lengths": lengths, "index": index})
+    batch = collate(rows, pad_token_id=0)
+    states = OnlineFeatures(target, recipe.capture_layers(target.num_layers), torch.float32)(batch)
+    with torch.no_grad():
+        _, stats = _loss_sums(recipe, drafter, drafter, target, states, batch)
+    repeated, fresh, overall = stats["acc_0_repeated"], stats["acc_0_fresh"], stats["acc_0"]
+    torch.testing.assert_close(repeated + fresh, overall.float())
+    keep = real_positions(batch, 2)
+    by_hand = 0
+    for b, row in enumerate(rows):
+        start = 0
+        for length in row["lengths"]:
+            ids = row["input_ids"][start : start + length]
+            for t in range(length - 2):
+                pair = (ids[t + 1], ids[t + 2])
+                seen = any((ids[j - 1], ids[j]) == pair for j in range(1, t + 2))
+                by_hand += int(seen and bool(keep[b, start + t]))
+            start += length
+    assert int(repeated[1]) == by_hand and 0 < by_hand < int(overall[1])
