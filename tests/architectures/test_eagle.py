@@ -59,6 +59,54 @@ def test_ttt_step_j_equals_drafting_j_steps_ahead(kind):
                 torch.testing.assert_close(g[:, 0], unrolled[j][:, t], atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("kind", ["eagle1", "eagle3"])
+def test_ttt_on_packed_rows_equals_each_sample_alone(kind):
+    """Training rows pack several conversations: under the training mask (`attention_allowed`)
+    and restarting positions, every step's output at every scored position of a packed row
+    (and of a padded row beside it) equals the unroll of its sample alone."""
+    from draftzoo.data.batching import collate
+    from draftzoo.train.eagle_losses import attention_allowed, real_positions
+
+    target = tiny_target()
+    steps = 4 if kind == "eagle3" else 1
+    drafter = build_eagle(EagleConfig(kind=kind, ttt_steps=steps), target).eval()
+    width = 3 * 64 if kind == "eagle3" else 64
+    torch.manual_seed(4)
+    samples = [torch.randint(0, 97, (n,)) for n in (9, 14, 7, 11)]
+    features = [torch.randn(n, width) for n in (9, 14, 7, 11)]
+    rows = [
+        {"input_ids": torch.cat(samples[:3]).tolist(), "lengths": [9, 14, 7]},
+        {"input_ids": samples[3].tolist(), "lengths": [11]},
+    ]
+    for index, row in enumerate(rows):
+        row.update(loss_mask=[1] * len(row["input_ids"]), index=index)
+    batch = collate(rows, pad_token_id=0)
+    assert batch.packed and batch.input_ids.shape == (2, 30)
+    states = torch.zeros(2, 30, width)
+    states[0] = torch.cat(features[:3])
+    states[1, :11] = features[3]
+    with torch.no_grad():
+        packed = drafter.ttt_unroll(
+            batch.input_ids,
+            drafter.fuse(states),
+            batch.position_ids,
+            attention_allowed(batch),
+            steps,
+        )
+        starts = [(0, 0), (0, 9), (0, 23), (1, 0)]
+        for ids, f, (row, start) in zip(samples, features, starts, strict=True):
+            n = len(ids)
+            alone = drafter.ttt_unroll(
+                ids[None], drafter.fuse(f[None]), torch.arange(n)[None], causal(n), steps
+            )
+            for j in range(steps):
+                scored = real_positions(batch, 2 + j)[row, start : start + n]
+                assert int(scored.sum()) == n - 2 - j
+                torch.testing.assert_close(
+                    packed[j][row, start : start + n][scored], alone[j][0][scored]
+                )
+
+
 def test_ttt_with_one_step_is_plain_training():
     target = tiny_target()
     drafter = build_eagle(EagleConfig(kind="eagle3", ttt_steps=1), target).eval()
