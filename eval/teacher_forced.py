@@ -170,15 +170,15 @@ def teacher_forced_scores(
         ts = torch.arange(prompt_length - 2, len(tokens) - steps, device=device)
         if not len(ts):
             continue
+        repeats = repeated_bigrams(ids, torch.arange(len(tokens), device=device)[None])[0]
+        past_end = torch.zeros(2, dtype=torch.bool, device=device)
+        copied = torch.cat([repeats, past_end])[ts + 2]  # the token step 0 drafts repeats
         for j, q in enumerate(qs):
             overlap = torch.minimum(p[ts + 1 + j], q[ts])
             sums[j] += float(overlap.sum())
             if keep is not None:
                 sums_within[j] += float(overlap[:, keep].sum())
             if j == 0:
-                repeats = repeated_bigrams(ids, torch.arange(len(tokens), device=device)[None])
-                past_end = torch.zeros(2, dtype=torch.bool, device=device)
-                copied = torch.cat([repeats[0], past_end])[ts + 2]
                 repeated_sum += float(overlap[copied].sum())
                 repeated_count += int(copied.sum())
             if j == 0 and position_edges:
