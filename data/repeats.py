@@ -1,10 +1,11 @@
 """Which tokens a model could copy from its context: token i repeats an earlier bigram.
 
 Token x_i *repeats* when the pair (x_{i-1}, x_i) already occurred earlier in the same sample:
-there is a j < i with x_{j-1} = x_{i-1} and x_j = x_i. Predicting such a token is a copy (look
-up the previous occurrence of x_{i-1}, read what followed it), the mechanism a drafter needs on
-code and on a small target's looping greedy output, and one a drafter can lack while predicting
-fresh text well. Splitting acceptance by it shows which of the two a drafter is missing.
+there is a j < i with x_{j-1} = x_{i-1} and x_j = x_i. The context then already shows what
+follows x_{i-1}, so copying (look up its earlier occurrence, read the next token) predicts x_i —
+as bigram statistics would for common pairs. Code and a small target's looping greedy output
+are full of such tokens, and a drafter can lack the copying while predicting fresh text well;
+splitting acceptance by it shows which of the two a drafter is missing.
 """
 
 from __future__ import annotations

@@ -440,8 +440,8 @@ def batch_one_breakdown(report: dict[str, Any]) -> list[tuple[float, str, str]]:
 
 
 def _repeat_split(entry: dict[str, Any]) -> str:
-    """ "; first step on repeated bigrams .. (n), fresh .. (n)", or "" for reports written
-    before the split existed."""
+    """The first step's repeated/fresh split of a teacher-forced entry as a clause to append,
+    or "" for reports written before the split existed."""
     if "first_step_repeated" not in entry:
         return ""
     repeated, fresh = entry["first_step_repeated"], entry["first_step_fresh"]
