@@ -103,9 +103,10 @@ def check_on_meta(recipe: EagleRecipe, target_config) -> dict:
     }
 
 
-def _loss_sums(recipe, drafter, module, target, states, batch):
+def _loss_sums(recipe, drafter, module, target, states, batch, split_repeats=True):
     """Summed loss and stats {name: [sum, count]} for one micro-batch. `drafter` is the
-    (possibly DDP/DeepSpeed-wrapped) model to call, `module` the bare drafter."""
+    (possibly DDP/DeepSpeed-wrapped) model to call, `module` the bare drafter;
+    `split_repeats` adds the first step's repeated/fresh accuracy (only logged steps need it)."""
     final = states[target.num_layers]
     logits = target_logits(target, final)
     config = recipe.eagle
@@ -115,8 +116,9 @@ def _loss_sums(recipe, drafter, module, target, states, batch):
     select = [real_positions(batch, 2 + j) for j in range(config.ttt_steps)]
     allowed = attention_allowed(batch)
     outputs = drafter(batch.input_ids, fused, batch.position_ids, allowed, select)
-    repeats = repeated_bigrams(batch.input_ids, batch.position_ids)
-    repeated = ahead(repeats, 2, select[0])
+    repeated = None
+    if split_repeats:
+        repeated = ahead(repeated_bigrams(batch.input_ids, batch.position_ids), 2, select[0])
     if config.kind == "eagle1":
         return eagle1_loss_sums(outputs, select[0], final, logits, config.token_loss, repeated)
     g0 = None
@@ -228,6 +230,8 @@ def run(recipe: EagleRecipe) -> TrainResult:
     last_loss, accuracies = float("nan"), [float("nan")] * steps
     drafter.train()
     for step in range(start_step, cfg.max_steps):
+        done = step + 1
+        logs = done % cfg.log_every == 0 or done == cfg.max_steps
         plan = step_rows(
             len(dataset), cfg.seed, step, cfg.micro_batch_size, cfg.grad_accum, rank, world
         )
@@ -245,7 +249,7 @@ def run(recipe: EagleRecipe) -> TrainResult:
             last = i == len(batches) - 1
             context = nullcontext() if last or deepspeed else accelerator.no_sync(drafter)
             with context, accelerator.autocast():
-                loss_sum, stats = _loss_sums(recipe, drafter, module, target, states, batch)
+                loss_sum, stats = _loss_sums(recipe, drafter, module, target, states, batch, logs)
                 accelerator.backward(loss_sum * scale)
             loss_value = loss_sum.detach().float()
             stats["loss"] = torch.stack([loss_value, torch.zeros_like(loss_value)])
@@ -257,9 +261,8 @@ def run(recipe: EagleRecipe) -> TrainResult:
             optimizer.zero_grad()
         scheduler.step()
         supervised += global_count
-        done = step + 1
         bar.update(1)
-        if done % cfg.log_every == 0 or done == cfg.max_steps:
+        if logs:
             names = sorted(totals)
             summed = accelerator.reduce(torch.stack([totals[n] for n in names]), reduction="sum")
             values = dict(zip(names, summed.tolist(), strict=True))

@@ -50,6 +50,9 @@ def test_random_packed_rows_match_the_definition():
     for row in range(3):
         assert got[row].tolist() == _by_hand(ids[row].tolist(), positions[row].tolist())
     assert got.any() and not got.all()
+    # the same pattern over ids the size of a real vocabulary's
+    assert torch.equal(repeated_bigrams(ids * 40_000 + 7, positions), got)
+    assert not repeated_bigrams(ids[:, :1], positions[:, :1]).any()  # nothing before
 
 
 def test_shapes_must_agree():

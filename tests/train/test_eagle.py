@@ -306,3 +306,7 @@ def test_first_step_accuracy_splits_into_repeated_and_fresh_tokens(
                 by_hand += int(seen and bool(keep[b, start + t]))
             start += length
     assert int(repeated[1]) == by_hand and 0 < by_hand < int(overall[1])
+    with torch.no_grad():  # steps that log nothing skip the split
+        _, unlogged = _loss_sums(recipe, drafter, drafter, target, states, batch, False)
+    assert "acc_0_repeated" not in unlogged and "acc_0_fresh" not in unlogged
+    torch.testing.assert_close(unlogged["acc_0"], overall)
