@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from contextlib import contextmanager
 
+from .precision import resolve_mixed_precision, training_device
+
 
 def cpu_only() -> bool:
     """True when training must run on CPU: no CUDA device, or ACCELERATE_USE_CPU=1.
@@ -42,6 +44,8 @@ def make_accelerator(micro_batch_size: int, grad_accum: int, grad_clip: float, *
       clipping are written into the DeepSpeed config.
     - FSDP: refused on a CPU-only machine (Accelerate would silently run plain DDP instead).
     - otherwise DDP / single process; on CPU through `cpu=True` so that a gloo group forms.
+
+    `mixed_precision="auto"` is resolved for the device first (`precision.resolve_mixed_precision`).
     """
     import torch
     from accelerate import Accelerator, PartialState
@@ -50,6 +54,9 @@ def make_accelerator(micro_batch_size: int, grad_accum: int, grad_clip: float, *
     # a second run in the same process (a test, a notebook, the demo) may ask for another
     # precision; the process group (PartialState) is kept
     AcceleratorState._reset_state()
+    if "mixed_precision" in kwargs:
+        device = training_device(cpu_only())
+        kwargs["mixed_precision"] = resolve_mixed_precision(kwargs["mixed_precision"], device)
     if _env_flag("ACCELERATE_USE_FSDP") and not torch.cuda.is_available():
         raise LaunchError(
             "FSDP needs CUDA devices: Accelerate does not activate FSDP on CPU (it would run "

@@ -300,6 +300,7 @@ def run(recipe: DraftLMRecipe) -> TrainResult:
                     "final_loss": last_loss,
                     "top1_agreement": last_agree,
                     "train_seconds": round(seconds, 1),
+                    "mixed_precision": accelerator.mixed_precision,
                     "num_processes": world,
                     "distributed_type": str(accelerator.distributed_type),
                     "replica_digests_equal": replicas,

@@ -316,6 +316,7 @@ def run(recipe: EagleRecipe) -> TrainResult:
                     "ttt_accuracy": accuracies,
                     "simulated_acceptance_length": simulated_acceptance_length(accuracies),
                     "train_seconds": round(seconds, 1),
+                    "mixed_precision": accelerator.mixed_precision,
                     "num_processes": world,
                     "distributed_type": str(accelerator.distributed_type),
                     "replica_digests_equal": replicas,

@@ -1,8 +1,9 @@
 """Pretrain the testbed target: a `LlamaForCausalLM` on the prepared token stream.
 
-The canonical Accelerate loop: `accumulate()`, bf16 autocast, gradient clipping, cosine
-schedule, `save_state` / `load_state` every `checkpoint_every` steps for exact resume, and
-trackers through `init_trackers` / `log`. Batches are drawn from a generator seeded by
+The canonical Accelerate loop: `accumulate()`, autocast (`train.mixed_precision`; "auto" is
+bf16 where the hardware has it natively), gradient clipping, cosine schedule, `save_state` /
+`load_state` every `checkpoint_every` steps for exact resume, and trackers through
+`init_trackers` / `log`. Batches are drawn from a generator seeded by
 (seed, step, rank), so a resumed run sees exactly the batches an uninterrupted one would.
 """
 
@@ -21,6 +22,7 @@ import torch
 from ..architectures.config_io import to_dict
 from .distributed import cpu_only
 from .optim import adamw
+from .precision import resolve_mixed_precision, training_device
 from .schedules import lr_lambda
 from .testbed_config import TestbedConfig
 from .testbed_data import PreparedData, heldout_windows, load_tokens, unigram_loss
@@ -38,6 +40,7 @@ class PretrainResult:
     unigram_loss: float
     parameters: int
     train_seconds: float
+    mixed_precision: str  # the autocast precision it trained in ("bf16" or "no")
 
     @property
     def loss_ratio(self) -> float:
@@ -112,7 +115,7 @@ def pretrain(
     work_dir = Path(work_dir)
     accelerator = Accelerator(
         cpu=cpu_only(),
-        mixed_precision=cfg.mixed_precision,
+        mixed_precision=resolve_mixed_precision(cfg.mixed_precision, training_device(cpu_only())),
         gradient_accumulation_steps=cfg.grad_accum,
         log_with=list(cfg.log_with) or None,
         project_config=ProjectConfiguration(
@@ -217,6 +220,7 @@ def pretrain(
         unigram_loss=unigram,
         parameters=sum(p.numel() for p in accelerator.unwrap_model(model).parameters()),
         train_seconds=train_seconds,
+        mixed_precision=accelerator.mixed_precision,
     )
     if accelerator.is_main_process:
         _export(accelerator.unwrap_model(model), tokenizer, Path(output_dir))

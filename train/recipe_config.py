@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from .precision import PRECISIONS
+
 SCHEDULES = ("cosine", "linear", "constant")
 
 
@@ -31,7 +33,9 @@ class TrainConfig:
     weight_decay: float = 0.0  # AdamW decoupled weight decay (matrices only)
     beta2: float = 0.95  # AdamW beta2
     grad_clip: float = 1.0  # max gradient norm
-    mixed_precision: str = "bf16"  # "bf16" autocast, "fp16" or "no"
+    #: "auto" (bf16 autocast where the hardware has native bf16, else float32), "bf16", "fp16"
+    #: or "no"
+    mixed_precision: str = "auto"
     checkpoint_every: int = 50  # steps between `save_state` checkpoints (resume points)
     keep_checkpoints: int = 2  # complete checkpoints kept on disk
     log_every: int = 10  # steps between logged metrics
@@ -41,8 +45,10 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if self.schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
-        if self.mixed_precision not in ("bf16", "fp16", "no"):
-            raise ValueError("mixed_precision must be 'bf16', 'fp16' or 'no'")
+        if self.mixed_precision not in PRECISIONS:
+            raise ValueError(
+                f"mixed_precision must be one of {PRECISIONS}, got {self.mixed_precision!r}"
+            )
         if min(self.micro_batch_size, self.grad_accum, self.max_steps, self.checkpoint_every) < 1:
             raise ValueError("batch sizes, max_steps and checkpoint_every must be >= 1")
         if self.warmup_steps >= self.max_steps:

@@ -71,6 +71,7 @@ def build_testbed(config: TestbedConfig, output_dir: Path, cache_dir: Path | Non
         "training_steps": result.steps,
         "training_tokens": result.train_tokens_seen,
         "train_seconds": round(result.train_seconds, 1),
+        "mixed_precision": result.mixed_precision,
         "processes": state.num_processes,
         "heldout_loss": round(result.heldout_loss, 4),
         "unigram_loss": round(result.unigram_loss, 4),

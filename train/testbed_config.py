@@ -54,15 +54,17 @@ class PretrainConfig:
     weight_decay: float = 0.1  # AdamW decoupled weight decay (matrices only)
     beta2: float = 0.95  # AdamW beta2
     grad_clip: float = 1.0  # max gradient norm
-    mixed_precision: str = "bf16"  # "bf16" autocast or "no"
+    mixed_precision: str = "auto"  # "auto" (bf16 where native, else float32), "bf16" or "no"
     eval_every: int = 200  # steps between held-out evaluations
     eval_windows: int = 128  # held-out windows per evaluation (fixed, evenly spaced)
     checkpoint_every: int = 100  # steps between `save_state` checkpoints (resume points)
     log_with: tuple[str, ...] = ()  # Accelerate trackers, e.g. ["tensorboard"] or ["wandb"]
 
     def __post_init__(self) -> None:
-        if self.mixed_precision not in ("bf16", "no"):
-            raise ValueError(f"mixed_precision must be 'bf16' or 'no', got {self.mixed_precision}")
+        if self.mixed_precision not in ("auto", "bf16", "no"):
+            raise ValueError(
+                f"mixed_precision must be 'auto', 'bf16' or 'no', got {self.mixed_precision!r}"
+            )
         if self.warmup_steps >= self.max_steps:
             raise ValueError("warmup_steps must be < max_steps")
         if min(self.seq_len, self.micro_batch_size, self.grad_accum, self.max_steps) < 1:

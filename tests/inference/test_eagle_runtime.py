@@ -70,7 +70,11 @@ def test_greedy_output_equals_target_only_batch_1_and_4(
     )
     out = batch.generate(PROMPTS, params)
     assert [o.token_ids for o in out.outputs] == reference
-    assert out.num_rounds < max(len(r) for r in reference)
+    # the batched rows accept drafts as the single ones do (one row may accept none: a drafter
+    # trained 40 steps can miss a whole prompt, so the batch may need as many rounds as tokens)
+    batched_forwards = sum(o.metrics.num_target_forwards for o in out.outputs)
+    assert tokens / batched_forwards > 1.2, f"{case} batched: tau {tokens / batched_forwards:.2f}"
+    assert out.num_rounds <= max(len(r) for r in reference)
 
 
 def test_a_one_wide_tree_is_the_chain(drafters, target_and_tokenizer):
