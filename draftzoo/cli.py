@@ -255,32 +255,44 @@ def _capture(args: argparse.Namespace) -> int:
     return 0
 
 
+def _eval_config(args: argparse.Namespace):
+    """The `EvalConfig` the `draftzoo eval` flags describe; a contradiction is a ConfigError."""
+    from draftzoo.architectures.config_io import ConfigError
+    from draftzoo.eval.runner import EvalConfig
+
+    try:
+        return EvalConfig(
+            prompt_sets=tuple(args.prompt_set or ["humaneval"]),
+            max_prompts=args.prompts,
+            max_new_tokens=args.max_new_tokens,
+            temperatures=tuple(args.temperatures),
+            batch_sizes=tuple(args.batch_sizes),
+            repeats=args.repeats,
+            proposal="tree" if args.tree else "chain",
+            num_speculative_tokens=args.num_speculative_tokens,
+            tree_top_k=args.tree_top_k,
+            tree_depth=args.tree_depth,
+            tree_tokens=args.tree_tokens,
+            tree_sampled_children=args.tree_sampled_children,
+            chat=not args.raw,
+            seed=args.seed,
+            teacher_forced=args.teacher_forced,
+            position_edges=tuple(args.position_edges),
+        )
+    except ValueError as err:  # said before anything loads
+        raise ConfigError(f"draftzoo eval: {err}") from err
+
+
 def _eval(args: argparse.Namespace) -> int:
     from draftzoo.eval.plots import plot_report
-    from draftzoo.eval.runner import EvalConfig, evaluate, summary_text, write_report
+    from draftzoo.eval.runner import evaluate, summary_text, write_report
     from draftzoo.inference.load import load_drafter, load_target, recorded_target, resolve_drafter
 
     if args.threads:
         import torch
 
         torch.set_num_threads(args.threads)
-    config = EvalConfig(
-        prompt_sets=tuple(args.prompt_set or ["humaneval"]),
-        max_prompts=args.prompts,
-        max_new_tokens=args.max_new_tokens,
-        temperatures=tuple(args.temperatures),
-        batch_sizes=tuple(args.batch_sizes),
-        repeats=args.repeats,
-        proposal="tree" if args.tree else "chain",
-        num_speculative_tokens=args.num_speculative_tokens,
-        tree_top_k=args.tree_top_k,
-        tree_depth=args.tree_depth,
-        tree_tokens=args.tree_tokens,
-        tree_sampled_children=args.tree_sampled_children,
-        chat=not args.raw,
-        seed=args.seed,
-        teacher_forced=args.teacher_forced,
-    )
+    config = _eval_config(args)
     folder, _ = resolve_drafter(args.drafter)
     from draftzoo.architectures.drafter_io import read_drafter_record
     from draftzoo.architectures.eagle import KINDS as EAGLE_KINDS
@@ -621,6 +633,14 @@ def _add_zoo_commands(commands) -> None:
         action="store_true",
         help="EAGLE: also estimate the chain's acceptance per draft step on the target's own "
         "continuations (every position, no speculative decoding)",
+    )
+    ev.add_argument(
+        "--position-edges",
+        type=int,
+        nargs="+",
+        default=[],
+        help="with --teacher-forced: also split the first step by the sequence position its "
+        "draft lands at, e.g. 128 256 384",
     )
     ev.add_argument("--seed", type=int, default=0)
     ev.add_argument("--threads", type=int, default=0, help="torch threads (0 = default)")

@@ -41,6 +41,8 @@ def eval_command(report: dict[str, Any], drafter: str) -> str:
         parts.append("--raw")
     if cfg.get("teacher_forced"):
         parts.append("--teacher-forced")
+    if cfg.get("position_edges"):
+        parts += ["--position-edges", *[str(e) for e in cfg["position_edges"]]]
     return shlex.join(parts)
 
 

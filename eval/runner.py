@@ -16,6 +16,7 @@ per draft step on the target's own continuations of the same prompts.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import platform
@@ -66,6 +67,9 @@ class EvalConfig:
     #: EAGLE drafters: also score the chain's acceptance per draft step, teacher-forced on the
     #: target's own continuations (`draftzoo.eval.teacher_forced`), no speculative decoding
     teacher_forced: bool = False
+    #: with `teacher_forced`: also split the first draft step's acceptance by the sequence
+    #: position its draft lands at, [0, e_1), [e_1, e_2), ..., [e_last, end) (increasing)
+    position_edges: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.prompt_sets:
@@ -80,6 +84,14 @@ class EvalConfig:
             raise ValueError(f"proposal must be 'chain' or 'tree', got {self.proposal!r}")
         if self.num_speculative_tokens < 1:
             raise ValueError("num_speculative_tokens must be >= 1")
+        if self.position_edges and not self.teacher_forced:
+            raise ValueError(
+                "position_edges split the teacher-forced scores: also set teacher_forced "
+                "(--teacher-forced)"
+            )
+        edges = (0, *self.position_edges)
+        if any(b <= a for a, b in itertools.pairwise(edges)):
+            raise ValueError(f"position_edges must increase from above 0, got {edges[1:]}")
 
     @property
     def tree(self) -> TreeSettings | None:
@@ -380,6 +392,7 @@ def evaluate(
             config.max_new_tokens,
             config.num_speculative_tokens,
             config.seed + 1,  # the seeds of the first repeat's decodes (0 is the warm-up)
+            config.position_edges,
         )
     record = drafter.record
     return {
@@ -451,6 +464,19 @@ def _repeat_split(entry: dict[str, Any]) -> str:
     )
 
 
+def _position_split(entry: dict[str, Any]) -> str:
+    """The first step's split by draft position as a clause to append, or "" without one."""
+    buckets = entry.get("first_step_by_position")
+    if not buckets:
+        return ""
+    parts = [
+        f"{b['start']}-{'' if b['end'] is None else b['end'] - 1} {b['acceptance']:.3f} "
+        f"({b['positions']})"
+        for b in buckets
+    ]
+    return "; first step by draft position " + ", ".join(parts)
+
+
 def teacher_forced_breakdown(report: dict[str, Any]) -> list[tuple[float, str]]:
     """(temperature, "tau .. (.. steps, .. positions); acceptance per step ..; ..") of every
     teacher-forced entry (none without `--teacher-forced`)."""
@@ -459,7 +485,8 @@ def teacher_forced_breakdown(report: dict[str, Any]) -> list[tuple[float, str]]:
             r["temperature"],
             f"tau {r['tau']:.2f} ({r['steps']} steps, {r['positions']} positions); acceptance "
             f"per step {' '.join(f'{a:.3f}' for a in r['acceptance_per_step'])}; target mass "
-            f"outside the draft vocabulary {r['outside_mass']:.3f}{_repeat_split(r)}",
+            f"outside the draft vocabulary {r['outside_mass']:.3f}{_repeat_split(r)}"
+            f"{_position_split(r)}",
         )
         for r in report.get("teacher_forced") or []
     ]

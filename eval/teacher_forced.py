@@ -217,25 +217,30 @@ def teacher_forced_results(
     max_new_tokens: int,
     steps: int,
     seed: int = 0,
+    position_edges: Sequence[int] = (),
 ) -> list[dict]:
     """One report entry per temperature: the target decodes `prompts` (prompt i with seed
-    `seed + i`), and the drafter's `steps`-step chain is scored at every position."""
+    `seed + i`), and the drafter's `steps`-step chain is scored at every position; with
+    `position_edges`, the first step is also split by where its draft lands."""
     adapter = TargetAdapter(target, tokenizer)
     results = []
     for temperature in temperatures:
         params = SamplingParams(temperature=temperature, max_new_tokens=max_new_tokens, seed=seed)
         sequences = target_sequences(target, tokenizer, prompts, params)
-        scores = teacher_forced_scores(drafter, adapter, sequences, params, steps)
-        results.append(
-            {
-                "temperature": temperature,
-                "steps": steps,
-                "tau": scores.tau,
-                "acceptance_per_step": scores.acceptance,
-                "outside_mass": scores.outside_mass,
-                "positions": scores.positions,
-                "first_step_repeated": asdict(scores.repeated),
-                "first_step_fresh": asdict(scores.fresh),
-            }
+        scores = teacher_forced_scores(
+            drafter, adapter, sequences, params, steps, position_edges=position_edges
         )
+        entry = {
+            "temperature": temperature,
+            "steps": steps,
+            "tau": scores.tau,
+            "acceptance_per_step": scores.acceptance,
+            "outside_mass": scores.outside_mass,
+            "positions": scores.positions,
+            "first_step_repeated": asdict(scores.repeated),
+            "first_step_fresh": asdict(scores.fresh),
+        }
+        if scores.by_position is not None:
+            entry["first_step_by_position"] = [asdict(b) for b in scores.by_position]
+        results.append(entry)
     return results

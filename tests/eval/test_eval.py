@@ -120,6 +120,55 @@ def test_config_rejects_contradictions():
         EvalConfig(batch_sizes=(0,))
 
 
+def test_teacher_forced_reports_split_the_first_step_by_draft_position(
+    tiny_drafters, tiny_target_model, capsys
+):
+    """`--position-edges` carries the first step's split by draft position into the report (the
+    module's buckets for the report's own sequences), its summary and its command."""
+    from dataclasses import asdict
+
+    from draftzoo.architectures.target import TargetAdapter
+    from draftzoo.cli import main
+    from draftzoo.eval.model_card import eval_command
+    from draftzoo.eval.runner import load_prompts
+    from draftzoo.eval.teacher_forced import target_sequences, teacher_forced_scores
+    from draftzoo.inference.sampling import SamplingParams
+
+    model, tokenizer, path = tiny_target_model
+    drafter = load_drafter(tiny_drafters["eagle3"], model, tokenizer, "chain", 3)
+    config = EvalConfig(
+        max_prompts=2,
+        max_new_tokens=12,
+        temperatures=(0.0,),
+        num_speculative_tokens=3,
+        teacher_forced=True,
+        position_edges=(24,),
+    )
+    report = evaluate(model, tokenizer, drafter, config, str(path), show_progress=False)
+    (entry,) = report["teacher_forced"]
+    texts = [p.render(tokenizer, True) for p in load_prompts(config)[1:]]
+    params = SamplingParams(max_new_tokens=12, seed=1)
+    sequences = target_sequences(model, tokenizer, texts, params)
+    scores = teacher_forced_scores(
+        drafter.module, TargetAdapter(model, tokenizer), sequences, params, 3, position_edges=[24]
+    )
+    assert entry["first_step_by_position"] == [asdict(b) for b in scores.by_position]
+    assert [(b["start"], b["end"]) for b in entry["first_step_by_position"]] == [
+        (0, 24),
+        (24, None),
+    ]
+    assert sum(b["positions"] for b in entry["first_step_by_position"]) == entry["positions"]
+    assert "first step by draft position 0-23 " in summary_text(report)
+    assert eval_command(report, "D").endswith("--teacher-forced --position-edges 24")
+    with pytest.raises(ValueError, match="also set teacher_forced"):
+        EvalConfig(position_edges=(128,))
+    with pytest.raises(ValueError, match="must increase"):
+        EvalConfig(teacher_forced=True, position_edges=(256, 128))
+    # the command line says so before it loads anything
+    assert main(["eval", str(tiny_drafters["eagle3"]), "--position-edges", "128"]) == 2
+    assert "(--teacher-forced)" in capsys.readouterr().err
+
+
 def test_teacher_forced_field_is_the_chains_teacher_forced_score(
     tiny_drafters, tiny_target_model, capsys
 ):
