@@ -53,6 +53,11 @@ class EagleConfig:
     #: EAGLE-3 only, off as published: weight of an auxiliary loss pulling each TTT step's
     #: output toward the fused target state the next step would read there (both RMS-normalised)
     feature_weight: float = 0.0
+    #: EAGLE-3 only, off as published: weight of an auxiliary SmoothL1 between each TTT step's
+    #: output read through the target's final norm and the target's final post-norm state whose
+    #: logits are that step's target (EAGLE-1's feature target, where the target's head reads
+    #: it; the draft head starts as that norm and head)
+    final_feature_weight: float = 0.0
     #: the per-token loss against the target: "ce" (soft cross-entropy, as published; EAGLE-3
     #: renormalises the target over the draft vocabulary) or, opt-in, "tvd" (1 - sum over the
     #: draft vocabulary of min(p, q): the chance a token drafted at T = 1 is rejected)
@@ -78,6 +83,8 @@ class EagleConfig:
             raise ValueError("eagle.feature_noise must be >= 0")
         if self.feature_weight < 0:
             raise ValueError("eagle.feature_weight must be >= 0")
+        if self.final_feature_weight < 0:
+            raise ValueError("eagle.final_feature_weight must be >= 0")
         if self.token_loss not in TOKEN_LOSSES:
             raise ValueError(
                 f"eagle.token_loss must be one of {TOKEN_LOSSES}, got {self.token_loss!r}"
@@ -85,6 +92,11 @@ class EagleConfig:
         if self.kind == "eagle1" and self.feature_weight:
             raise ValueError(
                 "eagle.feature_weight is EAGLE-3 only (EAGLE-1 always regresses the next feature)"
+            )
+        if self.kind == "eagle1" and self.final_feature_weight:
+            raise ValueError(
+                "eagle.final_feature_weight is EAGLE-3 only "
+                "(EAGLE-1 always regresses the next feature)"
             )
 
     def resolved_layers(self, num_target_layers: int) -> tuple[int, ...]:

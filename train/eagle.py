@@ -136,6 +136,9 @@ def _loss_sums(recipe, drafter, module, target, states, batch, split_repeats=Tru
         feature_weight=config.feature_weight,
         token_loss=config.token_loss,
         repeated=repeated,
+        final=final if config.final_feature_weight else None,
+        head_norm=target.final_norm if config.final_feature_weight else None,
+        final_feature_weight=config.final_feature_weight,
     )
 
 

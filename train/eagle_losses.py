@@ -11,7 +11,11 @@ scored by weight^j x soft CE over the draft vocabulary against p_{t+1+j} renorma
 positions whose target argmax lies outside the draft vocabulary carry no loss (their
 accuracy counts as a miss). Opt-in (`eagle.feature_weight` w): + w x weight^j x SmoothL1 between
 step j's output at t and the fused target state g_{t+1+j} (what step 0 reads where step j + 1
-reads x_{t+2+j}), both RMS-normalised and the latter detached.
+reads x_{t+2+j}), both RMS-normalised and the latter detached. Opt-in
+(`eagle.final_feature_weight` v): + v x weight^j x SmoothL1 between norm(step j's output at t),
+`norm` the target's frozen final norm, and the target's final post-norm state f_{t+1+j}, whose
+logits are step j's target: EAGLE-1's feature target, where the target's head reads it (the
+draft norm and head start as the target's).
 
 Opt-in for both families (`eagle.token_loss: tvd`): the soft CE is replaced by the rejection
 probability 1 - sum_x min(p(x), q(x)), x over the drafter's vocabulary and p the target's whole
@@ -137,16 +141,23 @@ def eagle3_loss_sums(
     feature_weight: float = 0.0,
     token_loss: str = "ce",
     repeated: torch.Tensor | None = None,  # [n_0] bool at select[0]: x_{t+2} repeats a bigram
+    final: torch.Tensor | None = None,  # [b, s, h] target final post-norm states, for the aux
+    head_norm: torch.nn.Module | None = None,  # the target's final norm, for the aux loss
+    final_feature_weight: float = 0.0,
 ) -> tuple[torch.Tensor, Stats]:
     """Summed sum_j decay^j x (the soft CE over the draft vocabulary — with
     `token_loss="tvd"`, the rejection probability instead — + `feature_weight` x the feature
-    alignment to `fused`, detached); per-step top-1 accuracy (with `repeated`, step 0's
-    split by `split_by_repeats`)."""
+    alignment to `fused`, detached, + `final_feature_weight` x SmoothL1(head_norm(h_j),
+    f_{t+1+j})); per-step top-1 accuracy (with `repeated`, step 0's split by
+    `split_by_repeats`)."""
     if feature_weight and fused is None:
         raise ValueError("feature_weight needs the fused states")
+    if final_feature_weight and (final is None or head_norm is None):
+        raise ValueError("final_feature_weight needs the final states and the target's norm")
     loss = torch.zeros((), device=target_logits.device)
     stats: Stats = {}
     aligned = torch.zeros((), device=target_logits.device)
+    regressed = torch.zeros((), device=target_logits.device)
     for j, ((hidden, logits), real) in enumerate(zip(outputs, select, strict=True)):
         target = ahead(target_logits, 1 + j, real).float()
         wanted = target.argmax(-1)
@@ -160,6 +171,13 @@ def eagle3_loss_sums(
             alignment = feature_alignment(hidden, ahead(fused, 1 + j, real).detach()).sum()
             loss = loss + feature_weight * (decay**j) * alignment
             aligned = aligned + alignment.detach()
+        if final_feature_weight:
+            wanted_state = ahead(final, 1 + j, real).float()
+            regression = F.smooth_l1_loss(
+                head_norm(hidden).float(), wanted_state, reduction="none"
+            ).mean(-1)
+            loss = loss + final_feature_weight * (decay**j) * regression.sum()
+            regressed = regressed + regression.detach().sum()
         with torch.no_grad():
             draft_ids = logits.argmax(-1)
             correct = draft_ids + d2t[draft_ids] == wanted
@@ -170,6 +188,9 @@ def eagle3_loss_sums(
     if feature_weight:
         count = torch.stack([real.sum() for real in select]).sum().to(aligned)
         stats["feature_loss"] = torch.stack([aligned, count])
+    if final_feature_weight:
+        count = torch.stack([real.sum() for real in select]).sum().to(regressed)
+        stats["final_feature_loss"] = torch.stack([regressed, count])
     return loss, stats
 
 

@@ -206,6 +206,72 @@ def test_eagle3_feature_alignment_adds_its_term_and_trains(testbed_tiny, chat, t
         EagleConfig(feature_weight=-1.0)
 
 
+def test_eagle3_final_feature_regression_adds_its_term_and_trains(testbed_tiny, chat, tmp_path):
+    """`eagle.final_feature_weight` adds v x decay^j x SmoothL1(norm(h_j,t), f_{t+1+j}) to the
+    soft CE, `norm` the target's final norm (frozen) and f the target's final post-norm state
+    whose logits are step j's target; a run with it trains and loads back."""
+    import torch.nn.functional as F
+
+    from draftzoo.architectures.eagle import EagleConfig, build_eagle
+    from draftzoo.train.eagle_losses import eagle3_loss_sums
+
+    target = load_target(tiny_eagle_recipe(tmp_path, testbed_tiny[0], chat).target, "cpu")
+    steps, s, h = 3, 16, target.hidden_size
+    drafter = build_eagle(EagleConfig(layers=(0, 1, 2), ttt_steps=steps), target)
+    torch.manual_seed(0)
+    ids = torch.randint(0, target.lm_head.weight.shape[0], (1, s))
+    g0 = drafter.fuse(torch.randn(1, s, 3 * h))
+    final = torch.randn(1, s, h)
+    select = [torch.arange(s)[None] + 2 + j < s for j in range(steps)]
+    allowed = torch.tril(torch.ones(s, s, dtype=torch.bool))[None, None]
+    hidden = drafter.ttt_unroll(ids, g0, torch.arange(s)[None], allowed, steps)
+    outputs = [(x[keep], drafter.logits(x[keep])) for x, keep in zip(hidden, select, strict=True)]
+    logits = torch.randn(1, s, target.lm_head.weight.shape[0])
+    args = (outputs, select, logits, drafter.d2t, drafter.t2d, 0.8)
+    plain, _ = eagle3_loss_sums(*args)
+    with_aux, stats = eagle3_loss_sums(
+        *args, final=final, head_norm=target.final_norm, final_feature_weight=0.5
+    )
+    expected, count = 0.0, 0
+    for j, (x, keep) in enumerate(zip(hidden, select, strict=True)):
+        n = int(keep.sum())  # positions 0..n-1; step j predicts from the target's state at t+1+j
+        wanted = final[0, 1 + j : 1 + j + n]
+        term = F.smooth_l1_loss(target.final_norm(x[0, :n]), wanted, reduction="none")
+        term = term.mean(-1)
+        expected = expected + 0.8**j * term.sum()
+        count += n
+    torch.testing.assert_close(with_aux - plain, 0.5 * expected)
+    assert stats["final_feature_loss"][1] == count
+    # the regression trains the drafter's layer and leaves its own head alone
+    layer, head = drafter.midlayer.mlp.down_proj.weight, drafter.lm_head.weight
+    through_layer, through_head = torch.autograd.grad(
+        with_aux - plain, [layer, head], allow_unused=True
+    )
+    assert through_layer.abs().sum() > 0
+    assert through_head is None or through_head.abs().sum() == 0
+    with pytest.raises(ValueError, match="final states"):
+        eagle3_loss_sums(*args, final_feature_weight=0.5)
+
+    eagle = {"final_feature_weight": 1.0}
+    recipe = tiny_eagle_recipe(
+        tmp_path / "run",
+        testbed_tiny[0],
+        chat,
+        eagle=eagle,
+        train={"max_steps": 6, "log_every": 2, "checkpoint_every": 50},
+    )
+    result = run(recipe)
+    untrained = _untrained_final_loss(tmp_path / "frozen", testbed_tiny[0], chat, 6, eagle)
+    assert 0 < result.final_loss < untrained
+    record = read_drafter_record(Path(recipe.output_dir))
+    assert record["recipe"]["eagle"]["final_feature_weight"] == 1
+    load_eagle(Path(recipe.output_dir), target)
+    with pytest.raises(ValueError, match="EAGLE-3 only"):
+        EagleConfig(kind="eagle1", ttt_steps=1, final_feature_weight=1.0)
+    with pytest.raises(ValueError, match=">= 0"):
+        EagleConfig(final_feature_weight=-1.0)
+
+
 def test_tvd_token_loss_is_the_rejection_probability_and_trains(testbed_tiny, chat, tmp_path):
     """`eagle.token_loss: tvd` scores each drafted position by 1 - sum_x min(p(x), q(x)) over
     the tokens the drafter can propose, p the target's whole distribution (checked here through
