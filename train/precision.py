@@ -3,7 +3,7 @@
 `mixed_precision: auto` trains in bf16 autocast where the hardware multiplies bf16 natively (a
 CUDA device with bf16 support; a CPU with AVX512-BF16 or AMX) and in float32 elsewhere. On a
 CPU without them, bf16 matrix products are emulated: on one AMD EPYC (Zen 3) core the
-drafter's products took 6-8x longer under bf16 autocast and 40-90x as plain bf16 products
+drafter's products took 3-9x longer under bf16 autocast and 40-90x as plain bf16 products
 (`bench/precision_bench.py`), and an EAGLE-3 training step 16x longer. An explicit `bf16` is
 kept as asked, with a warning saying so.
 """
