@@ -152,26 +152,35 @@ def test_eagle3_trains_from_offline_capture_like_online(testbed_tiny, chat, tmp_
     assert abs(first - second) / first < 1e-3
 
 
-def test_eagle3_feature_alignment_adds_its_term_and_trains(testbed_tiny, chat, tmp_path):
-    """`eagle.feature_weight` adds w x decay^j x SmoothL1(rms(h_j,t), rms(g_{t+1+j})) to the
-    soft CE, with no gradient into the fused target states; a run with it trains and loads."""
-    import torch.nn.functional as F
-
+def _eagle3_unroll(target, steps: int = 3, s: int = 16):
+    """A fresh EAGLE-3 drafter unrolled `steps` training-time-test steps on random inputs:
+    (drafter, g0 (a leaf), step outputs, select, eagle3_loss_sums' positional args)."""
     from draftzoo.architectures.eagle import EagleConfig, build_eagle
-    from draftzoo.train.eagle_losses import eagle3_loss_sums
 
-    target = load_target(tiny_eagle_recipe(tmp_path, testbed_tiny[0], chat).target, "cpu")
-    steps, s, h = 3, 16, target.hidden_size
+    h, vocab = target.hidden_size, target.lm_head.weight.shape[0]
     drafter = build_eagle(EagleConfig(layers=(0, 1, 2), ttt_steps=steps), target)
     torch.manual_seed(0)
-    ids = torch.randint(0, target.lm_head.weight.shape[0], (1, s))
+    ids = torch.randint(0, vocab, (1, s))
     g0 = drafter.fuse(torch.randn(1, s, 3 * h)).detach().requires_grad_()
     select = [torch.arange(s)[None] + 2 + j < s for j in range(steps)]
     allowed = torch.tril(torch.ones(s, s, dtype=torch.bool))[None, None]
     hidden = drafter.ttt_unroll(ids, g0, torch.arange(s)[None], allowed, steps)
     outputs = [(x[keep], drafter.logits(x[keep])) for x, keep in zip(hidden, select, strict=True)]
-    logits = torch.randn(1, s, target.lm_head.weight.shape[0])
-    args = (outputs, select, logits, drafter.d2t, drafter.t2d, 0.8)
+    logits = torch.randn(1, s, vocab)
+    return drafter, g0, hidden, select, (outputs, select, logits, drafter.d2t, drafter.t2d, 0.8)
+
+
+def test_eagle3_feature_alignment_adds_its_term_and_trains(testbed_tiny, chat, tmp_path):
+    """`eagle.feature_weight` adds w x decay^j x SmoothL1(rms(h_j,t), rms(g_{t+1+j})) to the
+    soft CE, with no gradient into the fused target states; a run with it trains and loads."""
+    import torch.nn.functional as F
+
+    from draftzoo.architectures.eagle import EagleConfig
+    from draftzoo.train.eagle_losses import eagle3_loss_sums
+
+    target = load_target(tiny_eagle_recipe(tmp_path, testbed_tiny[0], chat).target, "cpu")
+    h = target.hidden_size
+    _, g0, hidden, select, args = _eagle3_unroll(target)
     plain, _ = eagle3_loss_sums(*args)
     with_aux, stats = eagle3_loss_sums(*args, fused=g0, feature_weight=0.5)
     expected = 0.0
@@ -212,22 +221,12 @@ def test_eagle3_final_feature_regression_adds_its_term_and_trains(testbed_tiny, 
     whose logits are step j's target; a run with it trains and loads back."""
     import torch.nn.functional as F
 
-    from draftzoo.architectures.eagle import EagleConfig, build_eagle
+    from draftzoo.architectures.eagle import EagleConfig
     from draftzoo.train.eagle_losses import eagle3_loss_sums
 
     target = load_target(tiny_eagle_recipe(tmp_path, testbed_tiny[0], chat).target, "cpu")
-    steps, s, h = 3, 16, target.hidden_size
-    drafter = build_eagle(EagleConfig(layers=(0, 1, 2), ttt_steps=steps), target)
-    torch.manual_seed(0)
-    ids = torch.randint(0, target.lm_head.weight.shape[0], (1, s))
-    g0 = drafter.fuse(torch.randn(1, s, 3 * h))
-    final = torch.randn(1, s, h)
-    select = [torch.arange(s)[None] + 2 + j < s for j in range(steps)]
-    allowed = torch.tril(torch.ones(s, s, dtype=torch.bool))[None, None]
-    hidden = drafter.ttt_unroll(ids, g0, torch.arange(s)[None], allowed, steps)
-    outputs = [(x[keep], drafter.logits(x[keep])) for x, keep in zip(hidden, select, strict=True)]
-    logits = torch.randn(1, s, target.lm_head.weight.shape[0])
-    args = (outputs, select, logits, drafter.d2t, drafter.t2d, 0.8)
+    drafter, _, hidden, select, args = _eagle3_unroll(target)
+    final = torch.randn(1, select[0].shape[1], target.hidden_size)
     plain, _ = eagle3_loss_sums(*args)
     with_aux, stats = eagle3_loss_sums(
         *args, final=final, head_norm=target.final_norm, final_feature_weight=0.5
