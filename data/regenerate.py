@@ -131,9 +131,7 @@ def regenerate(
                 ]
                 if not asking:
                     continue
-                answers = _answer(
-                    adapter.model, tokenizer, [rows[r][:turn] for r in asking], config
-                )
+                answers = _answer(writer, tokenizer, [rows[r][:turn] for r in asking], config)
                 for r, answer in zip(asking, answers, strict=True):
                     rows[r][turn] = {"role": "assistant", "content": answer}
             for sample in batch:

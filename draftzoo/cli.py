@@ -214,7 +214,8 @@ def _regenerate(args: argparse.Namespace) -> int:
             target.tokenizer
         ):
             raise TargetError(f"--writer {args.writer} does not share the target's tokenizer")
-        writer = AutoModelForCausalLM.from_pretrained(args.writer, dtype=torch.float32).eval()
+        writer = AutoModelForCausalLM.from_pretrained(args.writer, dtype=torch.float32)
+        writer = writer.to(target.model.device).eval()
     written, report = regenerate(target, recipe.data, Path(args.output), config, writer)
     print(f"data: {report.summary()}")
     print(f"wrote {written} regenerated rows to {args.output}")

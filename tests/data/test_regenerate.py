@@ -63,3 +63,27 @@ def test_strict_regeneration_stops_on_a_malformed_row(testbed_tiny, tmp_path):
         assert "malformed row 0" in str(err)
     else:
         raise AssertionError("strict mode accepted a malformed row")
+
+
+def test_a_writer_model_writes_the_answers_instead_of_the_target(testbed_tiny, tmp_path):
+    source = write_chat_jsonl(tmp_path / "chat.jsonl", 2)
+    target = load_target(TargetSpec(path=str(testbed_tiny[0])), "cpu")
+    writer = type(target.model)(target.model.config).eval()  # same tokenizer, other weights
+    torch.manual_seed(1)
+    for param in writer.parameters():
+        torch.nn.init.normal_(param, std=0.5)
+    out = tmp_path / "regen.jsonl"
+    config = RegenerateConfig(max_new_tokens=8, batch_size=2)
+    regenerate(target, DataConfig(source=str(source)), out, config, writer=writer)
+    first = json.loads(out.read_text().splitlines()[0])["messages"]
+    tokenizer = target.tokenizer
+    prompt = tokenizer.apply_chat_template(first[:1], tokenize=False, add_generation_prompt=True)
+    ids = tokenizer(prompt, add_special_tokens=False, return_tensors="pt")["input_ids"]
+
+    def greedy(model) -> str:
+        with torch.no_grad():
+            new = model.generate(ids, max_new_tokens=8, do_sample=False)[0, ids.shape[1] :]
+        return tokenizer.decode(new, skip_special_tokens=True).strip()
+
+    assert greedy(writer) != greedy(target.model)  # the check below can tell them apart
+    assert first[1] == {"role": "assistant", "content": greedy(writer)}
