@@ -12,6 +12,7 @@ Plain-text rows are copied unchanged. Malformed rows are counted as in training.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
@@ -117,7 +118,7 @@ def regenerate(
     report = RowReport()
     samples = iter_samples(iter_rows(data.source, data.split), data.format, data.strict, report)
     if config.limit is not None:
-        samples = (s for i, s in enumerate(samples) if i < config.limit)
+        samples = itertools.islice(samples, config.limit)  # stop reading there
     written = 0
     with output.open("a", encoding="utf-8") as handle:
         for batch in _batches((s for s in samples if s.row not in done), config.batch_size):

@@ -87,3 +87,15 @@ def test_a_writer_model_writes_the_answers_instead_of_the_target(testbed_tiny, t
 
     assert greedy(writer) != greedy(target.model)  # the check below can tell them apart
     assert first[1] == {"role": "assistant", "content": greedy(writer)}
+
+
+def test_a_limit_stops_reading_the_source(testbed_tiny, tmp_path):
+    source = write_chat_jsonl(tmp_path / "chat.jsonl", 2)
+    with source.open("a") as handle:
+        handle.write('{"messages": []}\n')  # strict mode would stop here, were it read
+    target = load_target(TargetSpec(path=str(testbed_tiny[0])), "cpu")
+    data = DataConfig(source=str(source), strict=True)
+    config = RegenerateConfig(max_new_tokens=4, limit=2)
+    written, report = regenerate(target, data, tmp_path / "o.jsonl", config)
+    assert written == 2
+    assert report.kept == 2
