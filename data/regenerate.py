@@ -3,7 +3,8 @@
 EAGLE-3 and Medusa-2 train on what the target itself writes, so that the drafter learns the
 distribution it will be asked to predict. Each assistant turn is regenerated in order, given
 the conversation so far (earlier turns already regenerated), batched across conversations
-with transformers `generate` (left padding), greedy at temperature 0 or sampled.
+with transformers `generate` (left padding), greedy at temperature 0 or sampled. A `writer`
+model on the target's tokenizer (a trained draft LM) can write them instead: on-policy data.
 
 The output is a .jsonl of `{"row": N, "messages": [...]}` written batch by batch (flushed and
 fsynced); a rerun keeps the rows already written, drops a torn last line, and continues.
@@ -78,7 +79,7 @@ def _batches(samples: Iterator[Sample], size: int) -> Iterator[list[Sample]]:
 
 @torch.no_grad()
 def _answer(model, tokenizer, contexts: list[list[dict]], config: RegenerateConfig) -> list[str]:
-    """The target's answers to each context (a message list ending before an assistant turn)."""
+    """`model`'s answers to each context (a message list ending before an assistant turn)."""
     prompts = [
         tokenizer.apply_chat_template(c, tokenize=False, add_generation_prompt=True)
         for c in contexts
