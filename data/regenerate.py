@@ -39,12 +39,15 @@ class RegenerateConfig:
     batch_size: int = 8
     seed: int = 0
     limit: int | None = None  # regenerate only the first N usable rows
+    #: batches whose conversations are grouped by prompt length before generating, so that a
+    #: batch pads to similar lengths (1: batches in source order); written back in source order
+    sort_window: int = 8
 
     def __post_init__(self) -> None:
         if self.temperature < 0:
             raise ValueError("temperature must be >= 0")
-        if self.max_new_tokens < 1 or self.batch_size < 1:
-            raise ValueError("max_new_tokens and batch_size must be >= 1")
+        if min(self.max_new_tokens, self.batch_size, self.sort_window) < 1:
+            raise ValueError("max_new_tokens, batch_size and sort_window must be >= 1")
 
 
 def _done_rows(output: Path) -> set[int]:
@@ -99,6 +102,32 @@ def _answer(model, tokenizer, contexts: list[list[dict]], config: RegenerateConf
     return [tokenizer.decode(ids, skip_special_tokens=True).strip() for ids in new]
 
 
+def _prompt_tokens(tokenizer, sample: Sample) -> int:
+    """Tokens before the sample's first assistant turn (0 for plain text)."""
+    if not sample.messages:
+        return 0
+    roles = [m["role"] for m in sample.messages]
+    context = list(sample.messages[: roles.index("assistant") if "assistant" in roles else None])
+    prompt = tokenizer.apply_chat_template(context, tokenize=False, add_generation_prompt=True)
+    return len(tokenizer(prompt, add_special_tokens=False)["input_ids"])
+
+
+def _answer_turns(writer, tokenizer, batch: list[Sample], config: RegenerateConfig) -> dict:
+    """{row: messages with every assistant turn rewritten in order} for one batch."""
+    rows = {s.row: list(s.messages) if s.messages else None for s in batch}
+    turns = max((len(m) for m in rows.values() if m), default=0)
+    for turn in range(turns):
+        asking = [
+            r for r, m in rows.items() if m and turn < len(m) and m[turn]["role"] == "assistant"
+        ]
+        if not asking:
+            continue
+        answers = _answer(writer, tokenizer, [rows[r][:turn] for r in asking], config)
+        for r, answer in zip(asking, answers, strict=True):
+            rows[r][turn] = {"role": "assistant", "content": answer}
+    return rows
+
+
 def regenerate(
     adapter, data: DataConfig, output: Path, config: RegenerateConfig, writer=None
 ) -> tuple[int, RowReport]:
@@ -121,30 +150,22 @@ def regenerate(
     if config.limit is not None:
         samples = itertools.islice(samples, config.limit)  # stop reading there
     written = 0
+    pending = (s for s in samples if s.row not in done)
     with output.open("a", encoding="utf-8") as handle:
-        for batch in _batches((s for s in samples if s.row not in done), config.batch_size):
-            rows = {s.row: list(s.messages) if s.messages else None for s in batch}
-            turns = max((len(m) for m in rows.values() if m), default=0)
-            for turn in range(turns):
-                asking = [
-                    r
-                    for r, m in rows.items()
-                    if m and turn < len(m) and m[turn]["role"] == "assistant"
-                ]
-                if not asking:
-                    continue
-                answers = _answer(writer, tokenizer, [rows[r][:turn] for r in asking], config)
-                for r, answer in zip(asking, answers, strict=True):
-                    rows[r][turn] = {"role": "assistant", "content": answer}
-            for sample in batch:
+        for window in _batches(pending, config.batch_size * config.sort_window):
+            by_length = sorted(window, key=lambda s: _prompt_tokens(tokenizer, s))
+            messages: dict[int, list[dict] | None] = {}
+            for batch in _batches(iter(by_length), config.batch_size):
+                messages.update(_answer_turns(writer, tokenizer, batch, config))
+            for sample in window:
                 record = {"row": sample.row}
                 if sample.text is not None:
                     record["text"] = sample.text
                 else:
-                    record["messages"] = rows[sample.row]
+                    record["messages"] = messages[sample.row]
                 handle.write(json.dumps(record) + "\n")
             handle.flush()
             os.fsync(handle.fileno())
-            written += len(batch)
+            written += len(window)
     logger.info("regenerated %d rows into %s (%s)", written, output, report.summary())
     return written, report

@@ -202,6 +202,7 @@ def _regenerate(args: argparse.Namespace) -> int:
         batch_size=args.batch_size,
         seed=args.seed,
         limit=args.limit,
+        sort_window=args.sort_window,
     )
     writer = None
     if args.writer:
@@ -581,6 +582,13 @@ def build_parser() -> argparse.ArgumentParser:
     regen.add_argument("--batch-size", type=int, default=8, help="conversations per generate call")
     regen.add_argument("--seed", type=int, default=0, help="sampling seed")
     regen.add_argument("--limit", type=int, help="regenerate only the first N usable rows")
+    regen.add_argument(
+        "--sort-window",
+        type=int,
+        default=8,
+        help="batches whose conversations are grouped by prompt length before generating "
+        "(1 = source order); rows are written back in source order, window by window",
+    )
     _add_overrides(regen)
     regen.set_defaults(func=_regenerate)
 

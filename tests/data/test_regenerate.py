@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import torch
 
 from draftzoo.data.conversations import DataError, RowReport, iter_rows, iter_samples
@@ -99,3 +100,37 @@ def test_a_limit_stops_reading_the_source(testbed_tiny, tmp_path):
     written, report = regenerate(target, data, tmp_path / "o.jsonl", config)
     assert written == 2
     assert report.kept == 2
+
+
+def test_batches_group_prompts_by_length_and_rows_keep_their_order(
+    testbed_tiny, tmp_path, monkeypatch
+):
+    import draftzoo.data.regenerate as regen
+
+    words = [9, 1, 7, 3, 5, 2]  # the user turn's length, row by row
+    source = tmp_path / "chat.jsonl"
+    with source.open("w") as handle:
+        for n in words:
+            user = {"role": "user", "content": "word " * n}
+            turns = [user, {"role": "assistant", "content": "x"}]
+            handle.write(json.dumps({"messages": turns}) + "\n")
+    target = load_target(TargetSpec(path=str(testbed_tiny[0])), "cpu")
+    calls: list[list[int]] = []
+    answer = regen._answer
+
+    def recording(model, tokenizer, contexts, config):
+        calls.append([c[0]["content"].count("word") for c in contexts])
+        return answer(model, tokenizer, contexts, config)
+
+    monkeypatch.setattr(regen, "_answer", recording)
+    for window, expected in ((3, [[1, 2], [3, 5], [7, 9]]), (1, [[1, 9], [3, 7], [2, 5]])):
+        calls.clear()
+        out = tmp_path / f"window-{window}.jsonl"
+        config = RegenerateConfig(max_new_tokens=4, batch_size=2, sort_window=window)
+        assert regenerate(target, DataConfig(source=str(source)), out, config)[0] == 6
+        assert calls == expected  # window 1: batches of the source order
+        rows = [json.loads(line) for line in out.read_text().splitlines()]
+        assert [r["row"] for r in rows] == list(range(6))  # source order, whatever the batches
+        assert [r["messages"][0]["content"].count("word") for r in rows] == words
+    with pytest.raises(ValueError, match="sort_window"):
+        RegenerateConfig(sort_window=0)
