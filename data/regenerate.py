@@ -6,7 +6,8 @@ the conversation so far (earlier turns already regenerated), batched across conv
 with transformers `generate` (left padding), greedy at temperature 0 or sampled. A `writer`
 model on the target's tokenizer (a trained draft LM) can write them instead: on-policy data.
 
-The output is a .jsonl of `{"row": N, "messages": [...]}` written batch by batch (flushed and
+The output is a .jsonl of `{"row": N, "messages": [...]}` in source order, written window by
+window (each window of `sort_window` batches is generated grouped by prompt length; flushed and
 fsynced); a rerun keeps the rows already written, drops a torn last line, and continues.
 Plain-text rows are copied unchanged. Malformed rows are counted as in training.
 """
