@@ -5,8 +5,9 @@
 Regenerates the same `testbed-chat` rows with the committed testbed target twice in one
 process, through `draftzoo.data.regenerate` (sampled at T = 1, the same seed), once with
 `sort_window=1` (each batch in source order, padded to its longest prompt) and once grouped by
-prompt length, and prints answer tokens per second for each and their ratio. Answer tokens are
-counted by tokenizing the written answers, as training would see them.
+prompt length, after an untimed warm-up, and prints answer tokens per second for each and
+their ratio. Answer tokens are counted by tokenizing the written answers, as training would see
+them.
 """
 
 from __future__ import annotations
@@ -51,6 +52,8 @@ def main() -> None:
     data = DataConfig(source=TESTBED_CHAT)
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
+        warm_up = RegenerateConfig(max_new_tokens=8, batch_size=args.batch_size, limit=4)
+        regenerate(target, data, Path(tmp) / "warm-up.jsonl", warm_up)  # untimed
         for window in (1, args.sort_window):
             config = RegenerateConfig(
                 temperature=1.0,
