@@ -30,11 +30,11 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from ..architectures.acceptance_length import simulated_acceptance_length
 from ..architectures.eagle import EagleDrafter
 from ..architectures.target import TargetAdapter
 from ..data.repeats import repeated_bigrams
 from ..inference.sampling import SamplingParams, probabilities
-from ..train.eagle_losses import simulated_acceptance_length
 
 
 @dataclass(frozen=True)

@@ -97,7 +97,7 @@ def test_interrupted_build_resumes_to_the_same_weights(testbed_tiny, tmp_path):
         output = tmp_path / name
         if name == "resume-killed":
             proc = _run_build(config_path, output, cache, env)
-            progress = cache / "runs" / name / "checkpoints" / "checkpoint_0" / "progress.json"
+            progress = cache / "runs" / name / "checkpoints" / "step-20" / "progress.json"
             deadline = time.monotonic() + 300
             while not progress.exists() and proc.poll() is None and time.monotonic() < deadline:
                 time.sleep(0.05)

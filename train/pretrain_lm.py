@@ -1,17 +1,18 @@
 """Pretrain the testbed target: a `LlamaForCausalLM` on the prepared token stream.
 
-The canonical Accelerate loop: `accumulate()`, autocast (`train.mixed_precision`; "auto" is
-bf16 where the hardware has it natively), gradient clipping, cosine schedule, `save_state` /
-`load_state` every `checkpoint_every` steps for exact resume, and trackers through
-`init_trackers` / `log`. Batches are drawn from a generator seeded by
-(seed, step, rank), so a resumed run sees exactly the batches an uninterrupted one would.
+On the shared training blocks (`blocks.py`): the accelerator (autocast per
+`train.mixed_precision`; "auto" is bf16 where the hardware has it natively), AdamW with a cosine
+schedule, the step normalised by every token of the step's windows across micro-batches and
+ranks, atomic `save_state` checkpoints every `checkpoint_every` steps for exact resume, and
+trackers through `init_trackers` / `log`. Windows are drawn from a generator seeded by
+(seed, step, rank, micro-batch), so a resumed run sees exactly the batches an uninterrupted one
+would.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,10 +21,9 @@ import numpy as np
 import torch
 
 from ..architectures.config_io import to_dict
-from .distributed import cpu_only
-from .optim import adamw
-from .precision import resolve_mixed_precision, training_device
-from .schedules import lr_lambda
+from .blocks import averaged, optimizer_step, prepare_model, resume, save_checkpoint
+from .checkpoint import CheckpointManager
+from .distributed import make_accelerator
 from .testbed_config import TestbedConfig
 from .testbed_data import PreparedData, heldout_windows, load_tokens, unigram_loss
 
@@ -95,123 +95,96 @@ def evaluate_heldout(model, windows: np.ndarray, batch_size: int = 16) -> float:
     return total / count
 
 
-def _latest_checkpoint(checkpoint_dir: Path) -> Path | None:
-    found = [p for p in checkpoint_dir.glob("checkpoint_*") if (p / "progress.json").is_file()]
-    if not found:
+class WindowLoss:
+    """Next-token cross-entropy summed over every position of a window batch."""
+
+    shown: dict[str, str] = {}  # noqa: RUF012 (read-only)
+
+    def supervised(self, batch: torch.Tensor) -> torch.Tensor:
+        return torch.tensor(batch[:, 1:].numel())
+
+    def teacher(self, batch: torch.Tensor) -> None:
         return None
-    return max(found, key=lambda p: int(re.sub(r"\D", "", p.name) or 0))
+
+    def __call__(self, model, batch: torch.Tensor, teacher: None, logs: bool = True):
+        logits = model(input_ids=batch[:, :-1]).logits
+        loss = torch.nn.functional.cross_entropy(
+            logits.float().reshape(-1, logits.size(-1)), batch[:, 1:].reshape(-1), reduction="sum"
+        )
+        return loss, {}
+
+    def derived(self, metrics: dict[str, float]) -> dict[str, float]:
+        return {}
 
 
-def pretrain(
-    config: TestbedConfig, data: PreparedData, work_dir: Path, output_dir: Path
-) -> PretrainResult:
-    """Train the target from `data`, resuming from `work_dir` checkpoints; save to `output_dir`."""
-    from accelerate import Accelerator
-    from accelerate.utils import ProjectConfiguration, set_seed
-    from tqdm.auto import tqdm
+def _tokenizer_and_model(config: TestbedConfig, data: PreparedData):
+    """The testbed's tokenizer and a fresh model whose special ids are the tokenizer's."""
     from transformers import AutoTokenizer
 
-    cfg = config.train
-    work_dir = Path(work_dir)
-    accelerator = Accelerator(
-        cpu=cpu_only(),
-        mixed_precision=resolve_mixed_precision(cfg.mixed_precision, training_device(cpu_only())),
-        gradient_accumulation_steps=cfg.grad_accum,
-        log_with=list(cfg.log_with) or None,
-        project_config=ProjectConfiguration(
-            project_dir=str(work_dir),
-            automatic_checkpoint_naming=True,
-            total_limit=2,
-        ),
-    )
-    set_seed(cfg.seed)
     tokenizer = AutoTokenizer.from_pretrained(data.tokenizer_dir)
     special = {
         "bos_token_id": tokenizer.bos_token_id,
         "eos_token_id": tokenizer.eos_token_id,
         "pad_token_id": tokenizer.pad_token_id,
     }
-    model = build_target_model(config, len(tokenizer), special)
-    optimizer = adamw(model, cfg.lr, cfg.weight_decay, cfg.beta2)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lr_lambda("cosine", cfg.warmup_steps, cfg.max_steps, cfg.min_lr_ratio)
-    )
-    model, optimizer = accelerator.prepare(model, optimizer)
-    accelerator.register_for_checkpointing(scheduler)  # stepped once per optimizer step
+    return tokenizer, build_target_model(config, len(tokenizer), special)
 
+
+def pretrain(
+    config: TestbedConfig, data: PreparedData, work_dir: Path, output_dir: Path
+) -> PretrainResult:
+    """Train the target from `data`, resuming from `work_dir` checkpoints; save to `output_dir`."""
+    from accelerate.utils import ProjectConfiguration, set_seed
+    from tqdm.auto import tqdm
+
+    cfg = config.train
+    work_dir = Path(work_dir)
+    accelerator = make_accelerator(
+        cfg.micro_batch_size,
+        cfg.grad_accum,
+        cfg.grad_clip,
+        mixed_precision=cfg.mixed_precision,
+        log_with=list(cfg.log_with) or None,
+        project_config=ProjectConfiguration(project_dir=str(work_dir), logging_dir=str(work_dir)),
+    )
+    set_seed(cfg.seed)
+    tokenizer, model = _tokenizer_and_model(config, data)
+    model, optimizer, scheduler = prepare_model(accelerator, model, cfg, schedule="cosine")
     train_tokens = load_tokens(data.train_tokens)
     windows = heldout_windows(load_tokens(data.heldout_tokens), cfg.seq_len, cfg.eval_windows)
     unigram = unigram_loss(train_tokens, windows[:, 1:], len(tokenizer))
-    checkpoint_dir = work_dir / "checkpoints"
-    start_step, elapsed = 0, 0.0
-    latest = _latest_checkpoint(checkpoint_dir)
-    if latest is not None:
-        accelerator.load_state(str(latest))
-        progress = json.loads((latest / "progress.json").read_text())
-        start_step, elapsed = progress["step"], progress["train_seconds"]
-        accelerator.project_configuration.iteration = progress["checkpoint_iteration"] + 1
-        logger.info("resumed from %s at step %d", latest, start_step)
-
+    checkpoints = CheckpointManager(work_dir / "checkpoints")
+    progress = resume(accelerator, checkpoints)
     accelerator.init_trackers("draftzoo-testbed", config={"recipe": json.dumps(to_dict(config))})
     tokens_per_step = (
         cfg.seq_len * cfg.micro_batch_size * cfg.grad_accum * accelerator.num_processes
     )
     bar = tqdm(
         total=cfg.max_steps,
-        initial=start_step,
+        initial=progress.step,
         disable=not accelerator.is_local_main_process,
         desc=config.name,
     )
-    heldout = float("nan")
-    began = time.perf_counter() - elapsed
+    heldout, loss = float("nan"), WindowLoss()
+    began = time.perf_counter() - progress.train_seconds
     model.train()
-    for step in range(start_step, cfg.max_steps):
-        for micro in range(cfg.grad_accum):
-            batch = sample_windows(
-                train_tokens,
-                cfg.seq_len,
-                cfg.micro_batch_size,
-                cfg.seed,
-                step,
-                accelerator.process_index,
-                micro,
-            ).to(accelerator.device)
-            with accelerator.accumulate(model):
-                logits = model(input_ids=batch[:, :-1]).logits
-                loss = torch.nn.functional.cross_entropy(
-                    logits.float().reshape(-1, logits.size(-1)), batch[:, 1:].reshape(-1)
-                )
-                accelerator.backward(loss)
-                if accelerator.sync_gradients:
-                    accelerator.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-                optimizer.step()
-                if accelerator.sync_gradients:
-                    scheduler.step()
-                optimizer.zero_grad()
-        done = step + 1
+    for step in range(progress.step, cfg.max_steps):
+        batches = _step_windows(train_tokens, cfg, step, accelerator)
+        count, totals = optimizer_step(accelerator, model, optimizer, scheduler, batches, loss, cfg)
+        progress.step, progress.supervised_tokens = step + 1, progress.supervised_tokens + count
+        progress.train_seconds = time.perf_counter() - began
         bar.update(1)
-        if done % 10 == 0 or done == cfg.max_steps:
-            train_loss = accelerator.reduce(loss.detach(), reduction="mean").item()
+        if progress.step % 10 == 0 or progress.step == cfg.max_steps:
+            train_loss = averaged(accelerator, totals, count)["train/loss"]
             bar.set_postfix(loss=f"{train_loss:.3f}", heldout=f"{heldout:.3f}")
-            accelerator.log({"train/loss": train_loss, "lr": scheduler.get_last_lr()[0]}, step=done)
-        if done % cfg.eval_every == 0 or done == cfg.max_steps:
-            heldout = evaluate_heldout(accelerator.unwrap_model(model), windows)
             accelerator.log(
-                {"heldout/loss": heldout, "heldout/ratio": heldout / unigram}, step=done
+                {"train/loss": train_loss, "lr": scheduler.get_last_lr()[0]}, step=progress.step
             )
-            if accelerator.is_main_process:
-                logger.info(
-                    "step %d: held-out loss %.3f (unigram %.3f, ratio %.3f), %.0f tokens/s",
-                    done,
-                    heldout,
-                    unigram,
-                    heldout / unigram,
-                    tokens_per_step * done / (time.perf_counter() - began),
-                )
-        if done % cfg.checkpoint_every == 0 and done < cfg.max_steps:
-            _save_checkpoint(accelerator, checkpoint_dir, done, time.perf_counter() - began)
+        if progress.step % cfg.eval_every == 0 or progress.step == cfg.max_steps:
+            heldout = _evaluate(accelerator, model, windows, unigram, progress, tokens_per_step)
+        if progress.step % cfg.checkpoint_every == 0 and progress.step < cfg.max_steps:
+            save_checkpoint(accelerator, checkpoints, progress)
     bar.close()
-    train_seconds = time.perf_counter() - began
     accelerator.wait_for_everyone()
     result = PretrainResult(
         steps=cfg.max_steps,
@@ -219,26 +192,41 @@ def pretrain(
         heldout_loss=heldout,
         unigram_loss=unigram,
         parameters=sum(p.numel() for p in accelerator.unwrap_model(model).parameters()),
-        train_seconds=train_seconds,
+        train_seconds=time.perf_counter() - began,
         mixed_precision=accelerator.mixed_precision,
     )
     if accelerator.is_main_process:
         _export(accelerator.unwrap_model(model), tokenizer, Path(output_dir))
     accelerator.end_training()
+    accelerator.free_memory()  # the prepared model holds the process group; let it go
     return result
 
 
-def _save_checkpoint(accelerator, checkpoint_dir: Path, step: int, seconds: float) -> None:
-    """`save_state` plus the step it belongs to; the folder appears whole or not at all."""
-    iteration = accelerator.project_configuration.iteration
-    accelerator.save_state()
+def _step_windows(train_tokens, cfg, step: int, accelerator) -> list[torch.Tensor]:
+    """This rank's micro-batches of windows at `step`, on its device."""
+    rank = accelerator.process_index
+    return [
+        sample_windows(
+            train_tokens, cfg.seq_len, cfg.micro_batch_size, cfg.seed, step, rank, micro
+        ).to(accelerator.device)
+        for micro in range(cfg.grad_accum)
+    ]
+
+
+def _evaluate(accelerator, model, windows, unigram, progress, tokens_per_step) -> float:
+    """Held-out loss now, logged (and reported with the training throughput)."""
+    heldout = evaluate_heldout(accelerator.unwrap_model(model), windows)
+    accelerator.log({"heldout/loss": heldout, "heldout/ratio": heldout / unigram}, progress.step)
     if accelerator.is_main_process:
-        saved = checkpoint_dir / f"checkpoint_{iteration}"
-        progress = {"step": step, "train_seconds": seconds, "checkpoint_iteration": iteration}
-        tmp = saved / "progress.json.tmp"
-        tmp.write_text(json.dumps(progress))
-        tmp.replace(saved / "progress.json")
-    accelerator.wait_for_everyone()
+        logger.info(
+            "step %d: held-out loss %.3f (unigram %.3f, ratio %.3f), %.0f tokens/s",
+            progress.step,
+            heldout,
+            unigram,
+            heldout / unigram,
+            tokens_per_step * progress.step / max(progress.train_seconds, 1e-9),
+        )
+    return heldout
 
 
 def _export(model, tokenizer, output_dir: Path) -> None:

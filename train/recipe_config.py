@@ -72,3 +72,18 @@ class TrainResult:
     train_seconds: float
     resumed_from: int
     data_passes: float
+
+    @classmethod
+    def of(cls, output_dir: Path, outcome, top1_agreement: float) -> TrainResult:
+        """The result of a finished `blocks.train_steps` run."""
+        progress = outcome.progress
+        return cls(
+            output_dir,
+            progress.step,
+            progress.supervised_tokens,
+            outcome.metrics.get("train/loss", float("nan")),
+            top1_agreement,
+            progress.train_seconds,
+            outcome.resumed_from,
+            outcome.data_passes,
+        )

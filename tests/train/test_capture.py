@@ -20,7 +20,7 @@ from draftzoo.data.capture import (
     estimate_bytes,
 )
 from draftzoo.data.token_dataset import build_token_dataset
-from draftzoo.train.draft_lm import _loss_sums
+from draftzoo.train.draft_lm_loss import DraftLMLoss
 from draftzoo.train.setup import load_target
 from tests.train.helpers import tiny_recipe, write_chat_jsonl
 
@@ -57,8 +57,9 @@ def test_online_and_offline_features_give_the_same_loss(setup):
         )
     torch.manual_seed(0)
     draft = build_draft_lm(recipe.draft, target.model)
-    loss_offline = _loss_sums(recipe, draft, target, got, batch)[0]
-    loss_online = _loss_sums(recipe, draft, target, want, batch)[0]
+    loss = DraftLMLoss(recipe.distill, target, features=None)
+    loss_offline = loss(draft, batch, got)[0]
+    loss_online = loss(draft, batch, want)[0]
     count = batch.supervised_targets().sum()
     assert abs(loss_offline - loss_online) / count < 1e-3  # bf16 rounding of the states
     expected = estimate_bytes(dataset, target.hidden_size, layers, torch.bfloat16)

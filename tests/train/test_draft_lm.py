@@ -105,7 +105,9 @@ def _launch(args: list[str], env: dict | None = None) -> subprocess.Popen:
 def test_sigkill_mid_run_resumes_to_identical_weights(testbed_tiny, chat, tmp_path):
     base = dict(train={"max_steps": 8, "checkpoint_every": 2, "micro_batch_size": 2})
     straight = tiny_recipe(tmp_path / "straight", testbed_tiny[0], chat, **base)
-    run(straight)
+    # launched the same way as the killed run: float32 sums can depend on the thread count
+    done = _launch(["train", str(recipe_yaml(straight, tmp_path / "straight.yaml"))])
+    assert done.wait(timeout=300) == 0
     killed = tiny_recipe(tmp_path / "killed", testbed_tiny[0], chat, **base)
     path = recipe_yaml(killed, tmp_path / "killed.yaml")
     checkpoints = Path(f"{killed.output_dir}.work") / "checkpoints"

@@ -341,7 +341,7 @@ def test_first_step_accuracy_splits_into_repeated_and_fresh_tokens(
     from draftzoo.architectures.eagle import build_eagle
     from draftzoo.data.batching import collate
     from draftzoo.data.capture import OnlineFeatures
-    from draftzoo.train.eagle import _loss_sums
+    from draftzoo.train.eagle_batch import eagle_loss_sums
     from draftzoo.train.eagle_losses import real_positions
 
     recipe = tiny_eagle_recipe(tmp_path, testbed_tiny[0], chat, eagle={"kind": kind})
@@ -356,7 +356,7 @@ def test_first_step_accuracy_splits_into_repeated_and_fresh_tokens(
     batch = collate(rows, pad_token_id=0)
     states = OnlineFeatures(target, recipe.capture_layers(target.num_layers), torch.float32)(batch)
     with torch.no_grad():
-        _, stats = _loss_sums(recipe, drafter, drafter, target, states, batch)
+        _, stats = eagle_loss_sums(recipe.eagle, drafter, drafter, target, states, batch)
     repeated, fresh, overall = stats["acc_0_repeated"], stats["acc_0_fresh"], stats["acc_0"]
     torch.testing.assert_close(repeated + fresh, overall.float())
     keep = real_positions(batch, 2)
@@ -372,6 +372,6 @@ def test_first_step_accuracy_splits_into_repeated_and_fresh_tokens(
             start += length
     assert int(repeated[1]) == by_hand and 0 < by_hand < int(overall[1])
     with torch.no_grad():  # steps that log nothing skip the split
-        _, unlogged = _loss_sums(recipe, drafter, drafter, target, states, batch, False)
+        _, unlogged = eagle_loss_sums(recipe.eagle, drafter, drafter, target, states, batch, False)
     assert "acc_0_repeated" not in unlogged and "acc_0_fresh" not in unlogged
     torch.testing.assert_close(unlogged["acc_0"], overall)

@@ -1,0 +1,348 @@
+"""The training blocks every drafter recipe is built from: setup -> loop -> save.
+
+A family's recipe (`draft_lm.py`, `eagle.py`, ...) calls these in order:
+
+    run = start_run(recipe)                      # folders, accelerator, target, data, features
+    model, optimizer, scheduler = prepare_model(run, model)
+    outcome = train_steps(run, model, optimizer, scheduler, loss)   # resumes by itself
+    export_drafter(run, model, family, weights, training)          # atomic, with its record
+
+`loss` is the family's own piece (`FamilyLoss`): how many positions a batch supervises, and
+the summed loss and statistics of one micro-batch. Everything else is the same for all: the
+exact-resume data order, the step normalised by the global count of supervised positions
+(across micro-batches and ranks, DeepSpeed included), atomic `save_state` checkpoints, tracker
+logging, the replica check and the bf16 export. Testbed pretraining uses `optimizer_step`,
+`resume` and `save_checkpoint` with its own batches.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from contextlib import nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+
+from ..architectures.config_io import to_dict
+from ..architectures.drafter_io import save_drafter
+from ..data.batching import collate
+from ..data.capture import OfflineFeatures, OnlineFeatures
+from .checkpoint import CheckpointManager
+from .data_order import data_passes, step_rows
+from .distributed import check_replicas, make_accelerator, uses_deepspeed, whole_weights
+from .optim import adamw
+from .schedules import lr_lambda
+from .setup import load_target, prepare_dataset, resolve_dirs
+from .trackers import prepare_trackers
+
+logger = logging.getLogger(__name__)
+
+
+class FamilyLoss(Protocol):
+    """What a family adds to the shared loop."""
+
+    #: progress-bar fields: metric name -> short label (the loss is always shown)
+    shown: dict[str, str]
+
+    def supervised(self, batch) -> torch.Tensor:
+        """Positions of `batch` the loss is normalised by (a 0-d count)."""
+        ...
+
+    def teacher(self, batch) -> Any:
+        """What the frozen target gives for `batch` (its hidden states), or None; computed
+        outside autocast, so online capture equals offline shards."""
+        ...
+
+    def __call__(
+        self, model, batch, teacher: Any, logs: bool
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """(summed loss, {stat: [sum, count]}) of one micro-batch; `logs`: a logged step."""
+        ...
+
+    def derived(self, metrics: dict[str, float]) -> dict[str, float]:
+        """Metrics computed from the averaged ones (e.g. a simulated acceptance length)."""
+        ...
+
+
+@dataclass
+class Run:
+    """Everything a recipe's loop needs, built once by `start_run`."""
+
+    recipe: Any  # the family's typed recipe (has .train, .target, .data, .capture)
+    accelerator: Any
+    target: Any  # the frozen `TargetAdapter`
+    dataset: Any
+    report: Any  # the data's `RowReport`
+    data_hash: str
+    features: Callable  # batch -> {HF index: [b, s, h]} target states
+    output_dir: Path
+    work_dir: Path
+
+    @property
+    def config(self):
+        """The recipe's `TrainConfig`."""
+        return self.recipe.train
+
+
+@dataclass
+class Progress:
+    """Where a run stands; saved in every checkpoint."""
+
+    step: int = 0
+    train_seconds: float = 0.0
+    supervised_tokens: int = 0
+
+
+@dataclass
+class Outcome:
+    """What `train_steps` measured."""
+
+    progress: Progress
+    resumed_from: int
+    metrics: dict[str, float]  # the last logged metrics
+    data_passes: float
+
+
+def start_run(recipe) -> Run:
+    """Folders, the accelerator (precision, trackers), the seed, the frozen target, the
+    tokenized data and its target-state source (online forward or offline shards)."""
+    from accelerate.utils import ProjectConfiguration, set_seed
+
+    cfg = recipe.train
+    output_dir, work_dir, cache_dir = resolve_dirs(recipe)
+    accelerator = make_accelerator(
+        cfg.micro_batch_size,
+        cfg.grad_accum,
+        cfg.grad_clip,
+        mixed_precision=cfg.mixed_precision,
+        log_with=prepare_trackers(cfg.log_with, work_dir),
+        project_config=ProjectConfiguration(project_dir=str(work_dir), logging_dir=str(work_dir)),
+    )
+    set_seed(cfg.seed)
+    with whole_weights(accelerator):
+        target = load_target(recipe.target, accelerator.device)
+    dataset, report, data_hash = prepare_dataset(
+        recipe.data, target.tokenizer, cache_dir, accelerator
+    )
+    layers = recipe.capture_layers(target.num_layers)
+    if recipe.capture.mode == "online":
+        features = OnlineFeatures(target, layers, recipe.capture.torch_dtype)
+    else:
+        features = OfflineFeatures(Path(recipe.capture.dir), layers)
+        features.check(target.fingerprint(), data_hash)
+    return Run(
+        recipe, accelerator, target, dataset, report, data_hash, features, output_dir, work_dir
+    )
+
+
+def prepare_model(accelerator, model, cfg, schedule: str | None = None):
+    """(model, optimizer, scheduler) handed to `accelerator.prepare`; the scheduler is
+    checkpointed with the rest. `schedule` overrides `cfg.schedule` (testbed: cosine)."""
+    optimizer = adamw(model, cfg.lr, cfg.weight_decay, cfg.beta2)
+    kind = schedule or cfg.schedule
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lr_lambda(kind, cfg.warmup_steps, cfg.max_steps, cfg.min_lr_ratio)
+    )
+    model, optimizer = accelerator.prepare(model, optimizer)
+    accelerator.register_for_checkpointing(scheduler)
+    return model, optimizer, scheduler
+
+
+def resume(accelerator, checkpoints: CheckpointManager) -> Progress:
+    """Load the newest complete checkpoint, if any (partial saves are removed first)."""
+    if accelerator.is_main_process:
+        checkpoints.clean_partial()
+    accelerator.wait_for_everyone()
+    latest = checkpoints.latest()
+    if latest is None:
+        return Progress()
+    path, saved = latest
+    accelerator.load_state(str(path))
+    logger.info("resumed from %s at step %d", path, saved["step"])
+    return Progress(saved["step"], saved["train_seconds"], saved.get("supervised_tokens", 0))
+
+
+def save_checkpoint(accelerator, checkpoints: CheckpointManager, progress: Progress) -> None:
+    """An atomic `save_state` at `progress.step`; every process calls it."""
+    checkpoints.save(
+        accelerator,
+        progress.step,
+        {
+            "train_seconds": progress.train_seconds,
+            "supervised_tokens": progress.supervised_tokens,
+        },
+    )
+
+
+def optimizer_step(accelerator, model, optimizer, scheduler, batches, loss, cfg, logs=True):
+    """One optimizer step over `batches` (this rank's micro-batches).
+
+    The summed loss of each micro-batch is scaled so the gradient is sum / (supervised
+    positions over all micro-batches and ranks): DDP averages over ranks and DeepSpeed also
+    divides by the accumulation steps, so the scale undoes both. Returns (global count,
+    {stat: summed tensor}) with the loss under "loss"."""
+    deepspeed = uses_deepspeed(accelerator)
+    local = torch.stack([loss.supervised(b) for b in batches]).sum().reshape(1)
+    global_count = int(accelerator.reduce(local.to(accelerator.device), reduction="sum").item())
+    world = accelerator.num_processes
+    scale = world * (cfg.grad_accum if deepspeed else 1) / max(global_count, 1)
+    totals: dict[str, torch.Tensor] = {}
+    for i, batch in enumerate(batches):
+        last = i == len(batches) - 1
+        teacher = loss.teacher(batch)
+        context = nullcontext() if last or deepspeed else accelerator.no_sync(model)
+        with context, accelerator.autocast():
+            loss_sum, stats = loss(model, batch, teacher, logs)
+            accelerator.backward(loss_sum * scale)  # DeepSpeed: its engine steps at the boundary
+        value = loss_sum.detach().float()
+        stats["loss"] = torch.stack([value, torch.zeros_like(value)])
+        for name, stat in stats.items():
+            totals[name] = totals.get(name, 0) + stat.detach().float().to(accelerator.device)
+    if not deepspeed:
+        accelerator.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        optimizer.step()
+        optimizer.zero_grad()
+    scheduler.step()
+    return global_count, totals
+
+
+def averaged(accelerator, totals: dict[str, torch.Tensor], global_count: int) -> dict:
+    """{"train/loss": loss per supervised position, "train/<stat>": sum / count} over ranks."""
+    names = sorted(totals)
+    summed = accelerator.reduce(torch.stack([totals[n] for n in names]), reduction="sum")
+    values = dict(zip(names, summed.tolist(), strict=True))
+    metrics = {"train/loss": values.pop("loss")[0] / max(global_count, 1)}
+    for name, (total, count) in values.items():
+        metrics[f"train/{name}"] = total / max(count, 1)
+    return metrics
+
+
+def step_batches(run: Run, step: int) -> tuple[list[list[int]], list]:
+    """(row plan, collated micro-batches on the device) of this rank at `step`."""
+    cfg, accelerator = run.config, run.accelerator
+    plan = step_rows(
+        len(run.dataset),
+        cfg.seed,
+        step,
+        cfg.micro_batch_size,
+        cfg.grad_accum,
+        accelerator.process_index,
+        accelerator.num_processes,
+    )
+    pad_id = run.target.tokenizer.pad_token_id or 0
+    batches = [collate([run.dataset[i] for i in rows], pad_id) for rows in plan]
+    return plan, [b.to(accelerator.device) for b in batches]
+
+
+def train_steps(run: Run, model, optimizer, scheduler, loss: FamilyLoss) -> Outcome:
+    """The loop: resume, then every step's batches, optimizer step, logs and checkpoints."""
+    from tqdm.auto import tqdm
+
+    cfg, accelerator = run.config, run.accelerator
+    checkpoints = CheckpointManager(run.work_dir / "checkpoints", keep=cfg.keep_checkpoints)
+    progress = resume(accelerator, checkpoints)
+    resumed_from = progress.step
+    accelerator.init_trackers(
+        cfg.project,
+        config={"recipe": json.dumps(to_dict(run.recipe)), "data_hash": run.data_hash},
+        init_kwargs={"wandb": {"name": run.recipe.name}},
+    )
+    rows, world = len(run.dataset), accelerator.num_processes
+    passes = data_passes(rows, cfg.max_steps, cfg.micro_batch_size, cfg.grad_accum, world)
+    logger.info("%d steps: %.3g passes over the %d training rows", cfg.max_steps, passes, rows)
+    bar = tqdm(
+        total=cfg.max_steps, initial=progress.step, disable=not accelerator.is_local_main_process
+    )
+    began = time.perf_counter() - progress.train_seconds
+    seen_rows = run.work_dir / f"rows-rank{accelerator.process_index}.jsonl"
+    metrics: dict[str, float] = {}
+    model.train()
+    for step in range(progress.step, cfg.max_steps):
+        done = step + 1
+        logs = done % cfg.log_every == 0 or done == cfg.max_steps
+        plan, batches = step_batches(run, step)
+        count, totals = optimizer_step(
+            accelerator, model, optimizer, scheduler, batches, loss, cfg, logs
+        )
+        progress.step, progress.supervised_tokens = done, progress.supervised_tokens + count
+        progress.train_seconds = time.perf_counter() - began
+        bar.update(1)
+        with seen_rows.open("a") as handle:  # audit trail: the rows each rank trained on
+            handle.write(json.dumps({"step": step, "rows": plan}) + "\n")
+        if logs:
+            metrics = _log_step(run, scheduler, loss, totals, count, progress, bar)
+        if done % cfg.checkpoint_every == 0 and done < cfg.max_steps:
+            save_checkpoint(accelerator, checkpoints, progress)
+    bar.close()
+    progress.train_seconds = time.perf_counter() - began
+    return Outcome(progress, resumed_from, metrics, passes)
+
+
+def _log_step(run, scheduler, loss, totals, count, progress, bar) -> dict[str, float]:
+    """Average the step's statistics over ranks, log them, show them on the bar."""
+    metrics = averaged(run.accelerator, totals, count)
+    metrics["lr"] = scheduler.get_last_lr()[0]
+    metrics.update(loss.derived(metrics))
+    metrics["supervised_tokens"] = progress.supervised_tokens
+    run.accelerator.log(metrics, step=progress.step)
+    shown = {"loss": f"{metrics['train/loss']:.3f}"}
+    shown.update({label: f"{metrics[n]:.3f}" for n, label in loss.shown.items() if n in metrics})
+    bar.set_postfix(shown)
+    return metrics
+
+
+def export_drafter(
+    run: Run,
+    model,
+    family: str,
+    weights: Callable[[Any, dict], dict],
+    training: dict[str, Any],
+    outcome: Outcome,
+    layers: list[int] | None = None,
+) -> None:
+    """Check the replicas agree, gather the weights, and save the drafter (bf16 floats) with
+    its record; every process calls it. `weights(bare_model, state_dict)` picks what ships."""
+    accelerator, cfg = run.accelerator, run.config
+    accelerator.wait_for_everyone()
+    replicas = check_replicas(accelerator, model, run.work_dir)
+    state_dict = accelerator.get_state_dict(model)  # gathers ZeRO-3 shards; every rank calls
+    if accelerator.is_main_process:
+        bare = accelerator.unwrap_model(model)
+        kept = {
+            k: (v.to(torch.bfloat16) if v.is_floating_point() else v)
+            for k, v in weights(bare, state_dict).items()
+        }
+        record = {
+            "steps": cfg.max_steps,
+            "supervised_tokens": outcome.progress.supervised_tokens,
+            "data_passes": round(outcome.data_passes, 4),
+            "final_loss": outcome.metrics.get("train/loss", float("nan")),
+            **training,
+            "train_seconds": round(outcome.progress.train_seconds, 1),
+            "mixed_precision": accelerator.mixed_precision,
+            "num_processes": accelerator.num_processes,
+            "distributed_type": str(accelerator.distributed_type),
+            "replica_digests_equal": replicas,
+            "rows": run.report.to_dict(),
+        }
+        save_drafter(
+            bare,
+            run.output_dir,
+            state_dict=kept,
+            family=family,
+            target=run.target.fingerprint(),
+            recipe=to_dict(run.recipe),
+            data_hash=run.data_hash,
+            layers=layers,
+            tokenizer=run.target.tokenizer,
+            extra={"training": record},
+        )
+    accelerator.end_training()
+    # drop the prepared (DDP-wrapped) model and optimizer: the wrapper holds the process group,
+    # which must not outlive the run into interpreter teardown
+    accelerator.free_memory()

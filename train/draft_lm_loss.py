@@ -1,0 +1,69 @@
+"""The draft LM's loss: distillation from the target's logits, or the data's own next tokens."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+
+from ..data.capture import target_logits
+from .losses import DISTILL_LOSSES, distill_loss, top1_agreement, total_variation
+
+
+@dataclass(frozen=True)
+class DistillConfig:
+    """What the draft LM learns from."""
+
+    loss: str = "fkl"  # "fkl", "tvd", "jsd" (against the target's logits) or "ce" (data labels)
+    temperature: float = 1.0  # softens both distributions for fkl / tvd / jsd
+
+    def __post_init__(self) -> None:
+        if self.loss not in DISTILL_LOSSES:
+            raise ValueError(f"distill.loss must be one of {DISTILL_LOSSES}, got {self.loss!r}")
+        if self.temperature <= 0:
+            raise ValueError("distill.temperature must be > 0")
+
+
+class DraftLMLoss:
+    """Summed distillation loss, top-1 agreement and 1 - TVD over supervised positions."""
+
+    shown: ClassVar[dict[str, str]] = {"train/top1_agreement": "top1"}
+
+    def __init__(self, config: DistillConfig, target, features) -> None:
+        self.config, self.target, self.features = config, target, features
+
+    def supervised(self, batch) -> torch.Tensor:
+        return batch.supervised_targets().sum()
+
+    def teacher(self, batch):
+        """The target's states for `batch` (none for `loss: ce`)."""
+        return None if self.config.loss == "ce" else self.features(batch)
+
+    def __call__(self, draft, batch, states, logs: bool = True):
+        keep = batch.supervised_targets()  # [b, s-1]
+        labels = batch.input_ids[:, 1:][keep]
+        draft_logits = draft(**batch.model_inputs()).logits[:, :-1][keep]
+        count = keep.sum().float()
+        if self.config.loss == "ce":
+            loss = distill_loss("ce", draft_logits, None, labels)
+            with torch.no_grad():
+                agree = (draft_logits.argmax(-1) == labels).float().sum()
+                alpha = torch.tensor(float("nan"), device=agree.device)
+        else:
+            final = states[self.target.num_layers][:, :-1][keep]
+            teacher = target_logits(self.target, final)
+            loss = distill_loss(
+                self.config.loss, draft_logits, teacher, labels, self.config.temperature
+            )
+            with torch.no_grad():
+                agree = top1_agreement(draft_logits, teacher).sum()
+                alpha = (1.0 - total_variation(draft_logits, teacher)).sum()
+        stats = {
+            "top1_agreement": torch.stack([agree, count]),
+            "alpha": torch.stack([alpha.to(count), count]),
+        }
+        return loss.sum(), stats
+
+    def derived(self, metrics: dict[str, float]) -> dict[str, float]:
+        return {}
