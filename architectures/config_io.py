@@ -8,10 +8,12 @@ import typing
 from pathlib import Path
 from typing import Any, TypeVar
 
+from .errors import DraftzooError
+
 T = TypeVar("T")
 
 
-class ConfigError(ValueError):
+class ConfigError(DraftzooError, ValueError):
     """A config file or dict does not match its dataclass."""
 
 
@@ -80,16 +82,26 @@ def to_dict(config: Any) -> dict[str, Any]:
     return plain(config)
 
 
-def load_yaml_config(cls: type[T], path: Path) -> T:
-    """Read a YAML file into dataclass `cls` strictly."""
+def read_yaml(path: Path, what: str = "config file") -> dict[str, Any]:
+    """A YAML file's top-level mapping; a missing file, bad YAML or another shape is a
+    `ConfigError` naming the file."""
     import yaml
 
     path = Path(path)
     if not path.is_file():
-        raise ConfigError(f"config file not found: {path}")
-    data = yaml.safe_load(path.read_text()) or {}
+        raise ConfigError(f"{what} not found: {path}")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: not valid YAML ({' '.join(str(err).split())})") from err
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the top level must be a mapping")
+    return data
+
+
+def load_yaml_config(cls: type[T], path: Path) -> T:
+    """Read a YAML file into dataclass `cls` strictly."""
+    data = read_yaml(path)
     try:
         return from_dict(cls, data)
     except ConfigError as err:

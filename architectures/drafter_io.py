@@ -15,6 +15,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from .errors import DraftzooError
 from .target import TargetFingerprint
 
 RECORD_FILE = "draftzoo.json"
@@ -23,7 +24,7 @@ RECORD_VERSION = 1
 DEFINING_FILES = ("config.json", "model.safetensors", RECORD_FILE)
 
 
-class DrafterError(ValueError):
+class DrafterError(DraftzooError, ValueError):
     """A folder that is not a drafter, or a drafter record that cannot be read."""
 
 

@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 from .drafter_io import DrafterError, read_drafter_record, replace_dir
+from .errors import DraftzooError
 
 FORMATS = {
     "eagle3": ("vllm", "sglang", "speculators"),
@@ -42,7 +43,7 @@ TOKENIZER_FILES = (
 )
 
 
-class ExportError(ValueError):
+class ExportError(DraftzooError, ValueError):
     """A drafter that cannot be written in the asked format."""
 
 

@@ -23,12 +23,14 @@ from typing import Any
 import torch
 from torch import nn
 
+from .errors import DraftzooError
 
-class TargetError(ValueError):
+
+class TargetError(DraftzooError, ValueError):
     """The model cannot serve as a target, or a hidden-state index does not exist."""
 
 
-class FingerprintMismatchError(ValueError):
+class FingerprintMismatchError(DraftzooError, ValueError):
     """A drafter was built for another target or tokenizer."""
 
 

@@ -8,8 +8,8 @@ An entry records the name, family, target fingerprint, base model, headline metr
 checkpoint hash and the folder (relative to the index). The index is rewritten whole under a
 lock and renamed into place, so a reader sees the old index or the new one, never half of one.
 
-Zoos searched by name: `$DRAFTZOO_ZOO` (default `~/.cache/draftzoo/zoo`), then the zoo that
-ships inside the package (the testbed drafters).
+Zoos searched by name: `$DRAFTZOO_ZOO` (default `<cache>/zoo`, see `defaults`), then the zoo
+that ships inside the package (the testbed drafters).
 """
 
 from __future__ import annotations
@@ -20,9 +20,11 @@ import json
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
-from importlib.resources import files
 from pathlib import Path
 from typing import Any
+
+from .defaults import builtin_zoo_dir, default_zoo_dir
+from .errors import DraftzooError
 
 INDEX_FILE = "index.json"
 INDEX_VERSION = 1
@@ -38,18 +40,8 @@ ENTRY_FIELDS = (
 )
 
 
-class ZooError(LookupError):
+class ZooError(DraftzooError, LookupError):
     """A name the zoo does not hold, or an index that cannot be read."""
-
-
-def default_zoo_dir() -> Path:
-    """The user's zoo: `$DRAFTZOO_ZOO`, else `~/.cache/draftzoo/zoo`."""
-    return Path(os.environ.get("DRAFTZOO_ZOO") or Path.home() / ".cache" / "draftzoo" / "zoo")
-
-
-def builtin_zoo_dir() -> Path:
-    """The zoo shipped in the package: the measured testbed drafters."""
-    return Path(str(files("draftzoo.recipes"))) / "zoo"
 
 
 class ZooIndex:

@@ -71,7 +71,8 @@ def build_methods(args, target, tokenizer) -> dict[str, SpeculativeGenerator]:
     return methods
 
 
-def main() -> None:
+def _parse_args() -> argparse.Namespace:
+    """The command line."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--target", default=str(committed_testbed_dir()))
     parser.add_argument("--draft-lm", help="a draft LM folder")
@@ -96,7 +97,11 @@ def main() -> None:
     parser.add_argument(
         "--static", action="store_true", help="preallocated caches (CUDA graphs on cuda)"
     )
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = _parse_args()
     tokenizer, target = load_target(args.target, args.device, args.threads)
     methods = build_methods(args, target, tokenizer)
     prompts = [p.render(tokenizer, chat=True) for p in load_prompt_set(args.prompt_set)]

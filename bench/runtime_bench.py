@@ -92,7 +92,8 @@ def _draft_methods(folder, suffix, target, tokenizer, greedy, eos, args) -> dict
     return methods
 
 
-def main() -> None:
+def _parse_args() -> argparse.Namespace:
+    """The command line."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--target", default=str(committed_testbed_dir()))
     parser.add_argument(
@@ -125,9 +126,11 @@ def main() -> None:
         action="store_true",
         help="add draftzoo rows on preallocated caches (CUDA graphs on cuda)",
     )
-    args = parser.parse_args()
-    tokenizer, target = load_target(args.target, args.device, args.threads)
-    greedy = SamplingParams(max_new_tokens=args.max_new_tokens)
+    return parser.parse_args()
+
+
+def _methods(args, target, tokenizer, greedy) -> dict:
+    """{name: prompt -> (ids, seconds, metrics)} of every method the flags ask for."""
     plain = SpeculativeGenerator(target, tokenizer)
     # transformers stops at EOS too: give both runtimes the same stop tokens
     eos = plain.eos_ids
@@ -171,6 +174,14 @@ def main() -> None:
             for k, v in methods.items()
             if k == "draftzoo target-only" or any(part in k for part in wanted)
         }
+    return methods
+
+
+def main() -> None:
+    args = _parse_args()
+    tokenizer, target = load_target(args.target, args.device, args.threads)
+    greedy = SamplingParams(max_new_tokens=args.max_new_tokens)
+    methods = _methods(args, target, tokenizer, greedy)
     prompts = [p.render(tokenizer, chat=not args.raw) for p in load_prompt_set(args.prompt_set)]
     prompts = prompts[: args.prompts + 1]
     tokens, seconds, forwards = defaultdict(int), defaultdict(float), defaultdict(int)
@@ -202,6 +213,11 @@ def main() -> None:
         rate = tokens[name] / seconds[name]
         tau = f"{tokens[name] / forwards[name]:.2f}" if forwards[name] else "-"
         print(f"{name:34} {tau:>6} {rate:8.1f} {rate / base:17.2f}x {mismatches[name]:>9}")
+    _print_ratios(methods, tokens, seconds, base)
+
+
+def _print_ratios(methods, tokens, seconds, base) -> None:
+    """draftzoo over transformers for each pair of methods both ran."""
     pairs = [("draftzoo prompt-lookup", "transformers prompt-lookup")]
     pairs += [
         (name.replace("transformers", "draftzoo"), name)

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import torch
 
+from ..architectures.errors import DraftzooError
 from .batching import Batch, collate
 
 logger = logging.getLogger(__name__)
@@ -32,7 +33,7 @@ CAPTURE_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32
 INDEX_FILE = "index.json"
 
 
-class CaptureError(ValueError):
+class CaptureError(DraftzooError, ValueError):
     """Offline features that do not belong to this target, data or layer set."""
 
 

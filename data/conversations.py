@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .errors import DataError
+
 ROW_FORMATS = ("auto", "sharegpt", "messages", "text")
 _SHAREGPT_ROLES = {
     "human": "user",
@@ -28,10 +30,6 @@ _SHAREGPT_ROLES = {
     "system": "system",
 }
 _MESSAGE_ROLES = ("system", "user", "assistant", "tool")
-
-
-class DataError(ValueError):
-    """A dataset that cannot be read, or a malformed row in a strict run."""
 
 
 @dataclass(frozen=True)

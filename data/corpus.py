@@ -15,6 +15,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..architectures.errors import DraftzooError
+
 #: Distributions whose Python sources join the stdlib in the corpus (the project's dependency
 #: closure). Missing ones are an error, not a silent skip: the corpus would change.
 DEFAULT_PACKAGES: tuple[str, ...] = (
@@ -34,7 +36,7 @@ DEFAULT_PACKAGES: tuple[str, ...] = (
 STDLIB = "stdlib"
 
 
-class CorpusError(RuntimeError):
+class CorpusError(DraftzooError, RuntimeError):
     """The corpus cannot be assembled as configured."""
 
 

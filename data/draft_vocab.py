@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import torch
 
+from ..architectures.errors import DraftzooError
 
-class DraftVocabError(ValueError):
+
+class DraftVocabError(DraftzooError, ValueError):
     """A draft vocabulary that the data cannot fill."""
 
 

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..architectures.errors import DraftzooError
 from .conversations import Sample
 
 
-class TemplateError(ValueError):
+class TemplateError(DraftzooError, ValueError):
     """The tokenizer's chat template cannot render a conversation or mark its answers."""
 
 

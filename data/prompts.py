@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..architectures.errors import DraftzooError
 from .chat_pairs import INSTRUCTION, iter_function_pairs
 from .corpus import CorpusSpec, list_sources, read_source
 
@@ -78,7 +79,7 @@ PROMPT_SETS: dict[str, Callable[[], list[Prompt]]] = {
 }
 
 
-class PromptSetError(ValueError):
+class PromptSetError(DraftzooError, ValueError):
     """A prompt set that does not exist or a question file row that cannot be read."""
 
 

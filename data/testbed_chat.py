@@ -15,8 +15,8 @@ from itertools import islice
 from pathlib import Path
 
 from .chat_pairs import iter_function_pairs
-from .conversations import DataError
 from .corpus import CorpusSpec, fingerprint_files, list_sources, read_source
+from .errors import DataError
 
 TESTBED_CHAT = "testbed-chat"
 

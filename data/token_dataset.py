@@ -133,8 +133,15 @@ def build_token_dataset(config: DataConfig, tokenizer, cache_dir: Path):
     if report_file.is_file():
         report = RowReport.from_dict(json.loads(report_file.read_text()))
         return datasets.load_from_disk(str(target)), report, key
+    from tqdm.auto import tqdm
+
     report = RowReport()
-    items = _tokenized_rows(config, tokenizer, report)
+    items = tqdm(
+        _tokenized_rows(config, tokenizer, report),
+        desc=f"tokenizing {config.source}",
+        unit=" rows",
+        mininterval=2.0,
+    )
     if config.packing:
         rows = list(_pack(items, config.max_length))
     else:

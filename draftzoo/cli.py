@@ -21,6 +21,13 @@ import logging
 import sys
 from pathlib import Path
 
+from draftzoo.architectures.config_io import ConfigError
+from draftzoo.architectures.defaults import (
+    MAX_NEW_TOKENS,
+    NUM_SPECULATIVE_TOKENS,
+    TEMPERATURE,
+)
+
 logger = logging.getLogger("draftzoo")
 
 
@@ -101,8 +108,7 @@ def _generate(args: argparse.Namespace) -> int:
     from draftzoo.train.testbed import committed_testbed_dir
 
     if args.tree and not args.eagle:
-        print("draftzoo: error: --tree needs --eagle DRAFTER", file=sys.stderr)
-        return 2
+        raise ConfigError("--tree needs --eagle DRAFTER")
     params = SamplingParams(
         temperature=args.temperature,
         top_k=args.top_k,
@@ -169,18 +175,9 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _check_recipe(recipe) -> int:
-    from draftzoo.train.setup import model_config
+    from draftzoo.train.registry import check_recipe
 
-    if recipe.family == "draft_lm":
-        from draftzoo.train.draft_lm import check_on_meta
-
-        init_from = recipe.draft.init_from
-        draft_config = model_config(init_from) if init_from else None
-        summary = check_on_meta(recipe, model_config(recipe.target.path), draft_config)
-    else:
-        from draftzoo.train.eagle import check_on_meta
-
-        summary = check_on_meta(recipe, model_config(recipe.target.path))
+    summary = check_recipe(recipe)
     print(f"recipe {recipe.name}: valid (checked on the meta device, no weights loaded)")
     for key, value in summary.items():
         print(f"{key}: {value:,}" if isinstance(value, int) else f"{key}: {value}")
@@ -239,8 +236,7 @@ def _capture(args: argparse.Namespace) -> int:
     layers = sorted(set(args.layer or recipe.capture_layers(target.num_layers)))
     out_dir = Path(args.dir or recipe.capture.dir or "")
     if not str(out_dir) or str(out_dir) == ".":
-        print("draftzoo: error: give --dir or set capture.dir in the recipe", file=sys.stderr)
-        return 2
+        raise ConfigError("give --dir or set capture.dir in the recipe")
     config = replace(recipe.capture, mode="offline", dir=str(out_dir))
     need = estimate_bytes(
         dataset, target.hidden_size, layers, CaptureConfig(dtype=config.dtype).torch_dtype
@@ -259,7 +255,6 @@ def _capture(args: argparse.Namespace) -> int:
 
 def _eval_config(args: argparse.Namespace):
     """The `EvalConfig` the `draftzoo eval` flags describe; a contradiction is a ConfigError."""
-    from draftzoo.architectures.config_io import ConfigError
     from draftzoo.eval.runner import EvalConfig
 
     try:
@@ -301,8 +296,6 @@ def _eval(args: argparse.Namespace) -> int:
 
     record = read_drafter_record(folder)
     if config.teacher_forced and record["family"] not in EAGLE_KINDS:
-        from draftzoo.architectures.config_io import ConfigError
-
         raise ConfigError(
             f"--teacher-forced scores EAGLE drafters; {folder} is a {record['family']} drafter"
         )
@@ -349,9 +342,10 @@ def _zoo_list(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
+    from draftzoo.architectures.defaults import target_location
     from draftzoo.architectures.drafter_io import read_drafter_record
     from draftzoo.architectures.export import export_drafter
-    from draftzoo.inference.load import recorded_target, resolve_drafter, target_location
+    from draftzoo.inference.load import recorded_target, resolve_drafter
 
     folder, _ = resolve_drafter(args.drafter)
     target_name = args.target or recorded_target(read_drafter_record(folder))
@@ -372,58 +366,11 @@ def _export(args: argparse.Namespace) -> int:
     return 0
 
 
-DEMO_PROMPT = (
-    "def is_palindrome(text: str) -> bool:\n"
-    '    """Return True if text reads the same backwards."""\n'
-)
-
-
 def _demo(args: argparse.Namespace) -> int:
-    """train -> eval -> publish -> load -> generate, on the committed testbed-small target."""
-    from importlib.resources import files
+    """prepare data -> train -> eval beside the shipped drafter -> publish -> load -> generate."""
+    from draftzoo.demo import run_demo
 
-    from draftzoo.eval.publish import publish
-    from draftzoo.eval.runner import EvalConfig, evaluate, summary_text, write_report
-    from draftzoo.inference.load import load, load_drafter, load_target
-    from draftzoo.inference.sampling import SamplingParams
-    from draftzoo.train.registry import load_recipe, run_recipe
-
-    out = Path(args.output_dir)
-    recipe_file = Path(str(files("draftzoo.recipes"))) / "eagle3" / "testbed-small-demo.yaml"
-    overrides = [f"output_dir={out / 'drafter'}", f"train.max_steps={args.steps}"]
-    print(f"[1/5] train: {recipe_file.name}, {args.steps} steps", flush=True)
-    result = run_recipe(load_recipe(recipe_file, overrides))
-    print(f"      {result.train_seconds:.0f} s, final loss {result.final_loss:.3f}", flush=True)
-
-    print(f"[2/5] eval: {args.prompts} HumanEval prompts, T=0 and T=1", flush=True)
-    target, tokenizer = load_target("testbed-small")
-    drafter = load_drafter(result.output_dir, target, tokenizer)
-    config = EvalConfig(max_prompts=args.prompts, max_new_tokens=96)
-    report = evaluate(target, tokenizer, drafter, config, "testbed-small")
-    report_path = write_report(report, out / "eval")
-    print(summary_text(report), flush=True)
-
-    print("[3/5] publish to the local zoo", flush=True)
-    zoo = out / "zoo"
-    published = publish(result.output_dir, report_path, zoo, "eagle3-demo", overwrite=True)
-    print(f"      {published} (card: {published / 'README.md'})", flush=True)
-
-    print("[4/5] load it back by name", flush=True)
-    generator = load("eagle3-demo", zoos=[zoo])
-    print("[5/5] generate", flush=True)
-    from draftzoo.data.prompts import Prompt
-
-    prompt = Prompt("demo", DEMO_PROMPT, "demo").render(generator.tokenizer, chat=True)
-    output = generator.generate(prompt, SamplingParams(max_new_tokens=96))
-    print(prompt + output.text)
-    metrics = output.metrics
-    print(f"--- this generation: tau {metrics.mean_acceptance_length:.2f}")
-    for result_row in report["results"]:
-        print(
-            f"measured at T={result_row['temperature']:g}: tau {result_row['tau']:.2f}, "
-            f"speedup {result_row['speedup']['mean']:.2f}x over target-only"
-        )
-    return 0
+    return run_demo(Path(args.output_dir), args.steps, args.prompts)
 
 
 def _add_tree_options(parser: argparse.ArgumentParser) -> None:
@@ -529,8 +476,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="fix gamma, the draft tokens per round (default: adaptive, chosen from the "
         "measured acceptance and draft/verify cost)",
     )
-    gen.add_argument("--max-new-tokens", type=int, default=128, help="tokens to generate at most")
-    gen.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    gen.add_argument(
+        "--max-new-tokens", type=int, default=MAX_NEW_TOKENS, help="tokens to generate at most"
+    )
+    gen.add_argument("--temperature", type=float, default=TEMPERATURE, help="0 = greedy")
     gen.add_argument("--top-k", type=int, default=0, help="0 = no top-k cut")
     gen.add_argument("--top-p", type=float, default=1.0, help="1 = no nucleus cut")
     gen.add_argument("--seed", type=int, help="sampling seed")
@@ -576,7 +525,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="a causal LM on the target's tokenizer that writes the answers instead of the "
         "target, e.g. a trained draft LM for on-policy distillation data",
     )
-    regen.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    regen.add_argument("--temperature", type=float, default=TEMPERATURE, help="0 = greedy")
     regen.add_argument("--top-p", type=float, default=1.0, help="nucleus cut when sampling")
     regen.add_argument("--max-new-tokens", type=int, default=512, help="tokens per answer at most")
     regen.add_argument("--batch-size", type=int, default=8, help="conversations per generate call")
@@ -629,13 +578,15 @@ def _add_zoo_commands(commands) -> None:
         "hf:NAME[:SPLIT[:COLUMN]] (repeatable; default humaneval)",
     )
     ev.add_argument("--prompts", type=int, default=20, help="prompts per set (after a warm-up)")
-    ev.add_argument("--max-new-tokens", type=int, default=128)
+    ev.add_argument("--max-new-tokens", type=int, default=MAX_NEW_TOKENS)
     ev.add_argument("--temperatures", type=float, nargs="+", default=[0.0, 1.0])
     ev.add_argument("--batch-sizes", type=int, nargs="+", default=[1])
     ev.add_argument("--repeats", type=int, default=1, help="reruns, for the speedup's spread")
     ev.add_argument("--tree", action="store_true", help="EAGLE: EAGLE-2 dynamic trees")
     _add_tree_options(ev)
-    ev.add_argument("--num-speculative-tokens", type=int, default=4, help="chain length")
+    ev.add_argument(
+        "--num-speculative-tokens", type=int, default=NUM_SPECULATIVE_TOKENS, help="chain length"
+    )
     ev.add_argument("--raw", action="store_true", help="prompts as plain text, no chat template")
     ev.add_argument(
         "--teacher-forced",
@@ -714,44 +665,36 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    from draftzoo.architectures.config_io import ConfigError
-    from draftzoo.architectures.drafter_io import DrafterError
-    from draftzoo.architectures.export import ExportError
-    from draftzoo.architectures.target import FingerprintMismatchError, TargetError
-    from draftzoo.architectures.zoo_index import ZooError
-    from draftzoo.data.capture import CaptureError
-    from draftzoo.data.conversations import DataError
-    from draftzoo.data.corpus import CorpusError
-    from draftzoo.data.loss_mask import TemplateError
-    from draftzoo.data.prompts import PromptSetError
-    from draftzoo.eval.publish import PublishError
-    from draftzoo.inference.generate import GenerationError
-    from draftzoo.inference.proposers import ProposerError
-    from draftzoo.train.testbed import TestbedError
+    from draftzoo.architectures.errors import DraftzooError
 
-    user_errors = (
-        ConfigError,
-        CorpusError,
-        TestbedError,
-        GenerationError,
-        ProposerError,
-        FileNotFoundError,
-        DataError,
-        TemplateError,
-        CaptureError,
-        TargetError,
-        FingerprintMismatchError,
-        DrafterError,
-        ExportError,
-        ZooError,
-        PromptSetError,
-        PublishError,
-    )
     try:
         return args.func(args)
-    except user_errors as err:
-        print(f"draftzoo: error: {err}", file=sys.stderr)
+    except (DraftzooError, OSError) as err:  # bad input or a file that is not there
+        if args.verbose:
+            raise
+        print(f"draftzoo: error: {_one_line(err)}", file=sys.stderr)
         return 2
+    finally:
+        _close_process_group()
+
+
+def _close_process_group() -> None:
+    """Leave a distributed run's process group before exit (a gloo group left open at
+    interpreter exit aborts the process)."""
+    torch = sys.modules.get("torch")
+    if (
+        torch is not None
+        and torch.distributed.is_available()
+        and torch.distributed.is_initialized()
+    ):
+        torch.distributed.destroy_process_group()
+
+
+def _one_line(err: Exception) -> str:
+    """An error's message on one line (a missing file names the file)."""
+    if isinstance(err, OSError) and err.filename is not None:
+        return f"{err.strerror or type(err).__name__}: {err.filename}"
+    return " ".join(str(err).split()) or type(err).__name__
 
 
 if __name__ == "__main__":

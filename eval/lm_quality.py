@@ -8,6 +8,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..architectures.defaults import MAX_NEW_TOKENS
+
 
 def repeated_ngram_share(tokens: Sequence[int], n: int = 4) -> float:
     """Share of the n-grams of `tokens` that already occurred earlier in `tokens`.
@@ -34,7 +36,7 @@ def reference_share(tokens: np.ndarray, window: int, count: int = 64) -> float:
 def measure_continuations(
     model_dir: Path,
     prompts: int = 16,
-    max_new_tokens: int = 128,
+    max_new_tokens: int = MAX_NEW_TOKENS,
     examples: int = 3,
     reference_tokens: np.ndarray | None = None,
 ) -> dict:

@@ -107,6 +107,17 @@ def _results_table(report: dict[str, Any]) -> list[str]:
     return rows
 
 
+CARD_TRAINING_FIELDS = (
+    "steps",
+    "supervised_tokens",
+    "data_passes",
+    "train_seconds",
+    "num_processes",
+    "final_loss",
+    "simulated_acceptance_length",
+)
+
+
 def render_card(
     name: str,
     record: dict[str, Any],
@@ -116,9 +127,6 @@ def render_card(
 ) -> str:
     """README.md text for drafter `name`."""
     family = record["family"]
-    training = record.get("training", {})
-    cfg, memory = report["config"], report["memory"]
-    serving = report["serving"]
     lines = [
         _front_matter(name, report, family),
         f"# {name}",
@@ -128,6 +136,25 @@ def render_card(
         "trained and measured by draftzoo. Speculative decoding with it is lossless: greedy "
         "output equals the target's, sampled output is distributed as the target's.",
         "",
+        *_use_section(name, report),
+        *_measured_section(report, plots),
+        *_training_section(record),
+        "## Reproduce",
+        "",
+        "```bash",
+        train_command,
+        eval_command(report, "DRAFTER"),
+        "```",
+        "",
+        "The recipe as run is `recipe.yaml` beside this card; `report.json` holds every number.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _use_section(name: str, report: dict[str, Any]) -> list[str]:
+    serving = report["serving"]
+    return [
         "## Use",
         "",
         "```python",
@@ -140,6 +167,12 @@ def render_card(
         f"Served as measured: {serving['proposal']}, {serving['num_speculative_tokens']} "
         "tokens deep" + (f" (tree {serving['tree']})" if serving.get("tree") else "") + ".",
         "",
+    ]
+
+
+def _measured_section(report: dict[str, Any], plots: list[str]) -> list[str]:
+    cfg, memory, hw = report["config"], report["memory"], report["hardware"]
+    lines = [
         "## Measured",
         "",
         f"Prompts: {', '.join(cfg['prompt_sets'])} — {report['results'][0]['prompts']} prompts "
@@ -157,7 +190,6 @@ def render_card(
         )
     for temperature, text in teacher_forced_breakdown(report):
         lines.append(f"- T={temperature:g}, teacher-forced on the target's continuations: {text}")
-    hw = report["hardware"]
     lines += [
         "",
         f"Memory: target {memory['target_bytes'] / 2**20:.1f} MiB, drafter "
@@ -169,37 +201,17 @@ def render_card(
         f"Checkpoint sha256: `{report['checkpoint']['sha256']}`.",
         "",
     ]
-    lines += [f"![{p}]({p})" for p in plots]
-    lines += ["", "## Training", ""]
-    if training:
-        shown = {
-            k: v
-            for k, v in training.items()
-            if k
-            in {
-                "steps",
-                "supervised_tokens",
-                "data_passes",
-                "train_seconds",
-                "num_processes",
-                "final_loss",
-                "simulated_acceptance_length",
-            }
-        }
-        lines += [f"- {k}: {v}" for k, v in shown.items()]
-    lines += [
+    return lines + [f"![{p}]({p})" for p in plots]
+
+
+def _training_section(record: dict[str, Any]) -> list[str]:
+    training = record.get("training", {})
+    lines = ["", "## Training", ""]
+    lines += [f"- {k}: {v}" for k, v in training.items() if k in CARD_TRAINING_FIELDS]
+    return [
+        *lines,
         f"- hidden-state layers (HF convention, index k = input to decoder layer k): "
         f"{record.get('hidden_state_layers') or 'none'}",
         f"- data hash: `{record.get('data_hash', '')}`",
         "",
-        "## Reproduce",
-        "",
-        "```bash",
-        train_command,
-        eval_command(report, "DRAFTER"),
-        "```",
-        "",
-        "The recipe as run is `recipe.yaml` beside this card; `report.json` holds every number.",
-        "",
     ]
-    return "\n".join(lines)

@@ -26,6 +26,7 @@ from ..architectures.drafter_io import (
     read_drafter_record,
     replace_dir,
 )
+from ..architectures.errors import DraftzooError
 from ..architectures.export import TOKENIZER_FILES
 from ..architectures.zoo_index import ZooIndex
 from .model_card import render_card
@@ -37,7 +38,7 @@ RECIPE_FILE = "recipe.yaml"
 NAME_CHARS = set("abcdefghijklmnopqrstuvwxyz0123456789-_.")
 
 
-class PublishError(ValueError):
+class PublishError(DraftzooError, ValueError):
     """A drafter that may not enter the zoo, with the reason."""
 
 

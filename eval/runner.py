@@ -31,6 +31,7 @@ from typing import Any
 
 import torch
 
+from ..architectures.defaults import MAX_NEW_TOKENS, NUM_SPECULATIVE_TOKENS
 from ..architectures.drafter_io import checkpoint_hash
 from ..architectures.eagle import KINDS as EAGLE_KINDS
 from ..architectures.target import TargetAdapter
@@ -52,12 +53,12 @@ class EvalConfig:
 
     prompt_sets: tuple[str, ...] = ("humaneval",)  # names, question files, hf:NAME[:SPLIT[:COL]]
     max_prompts: int = 20  # per prompt set (after the warm-up prompt)
-    max_new_tokens: int = 128
+    max_new_tokens: int = MAX_NEW_TOKENS
     temperatures: tuple[float, ...] = (0.0, 1.0)
     batch_sizes: tuple[int, ...] = (1,)
     repeats: int = 1  # full reruns, for the speedup's spread
     proposal: str = "chain"  # "chain" or "tree" (EAGLE drafters)
-    num_speculative_tokens: int = 4  # chain length (trees use tree_depth)
+    num_speculative_tokens: int = NUM_SPECULATIVE_TOKENS  # chain length (trees use tree_depth)
     tree_top_k: int = 10
     tree_depth: int = 6
     tree_tokens: int = 60

@@ -89,9 +89,9 @@ def test_generate_refuses_a_negative_temperature(testbed_tiny, capsys):
 
 
 def test_train_check_validates_the_real_pair_on_meta(capsys):
-    from draftzoo.train.testbed import recipes_dir
+    from draftzoo.architectures.defaults import recipes_dir
 
-    recipe = recipes_dir().parent / "draft_lm" / "llama-3.1-8b-instruct.yaml"
+    recipe = recipes_dir() / "draft_lm" / "llama-3.1-8b-instruct.yaml"
     assert main(["train", str(recipe), "--check"]) == 0
     out = capsys.readouterr().out
     assert "valid (checked on the meta device" in out and "8,030,261,248" in out

@@ -3,7 +3,8 @@ from dataclasses import dataclass, field
 import pytest
 
 from draftzoo.architectures.config_io import ConfigError, from_dict, load_yaml_config, to_dict
-from draftzoo.train.testbed import load_testbed_config, recipes_dir
+from draftzoo.architectures.defaults import recipes_dir
+from draftzoo.train.testbed import load_testbed_config
 from draftzoo.train.testbed_config import TestbedConfig
 
 
@@ -41,7 +42,7 @@ def test_wrong_scalar_type_is_rejected():
 
 
 def test_every_shipped_recipe_path_loads():
-    recipes = sorted(recipes_dir().glob("*.yaml"))
+    recipes = sorted((recipes_dir() / "testbed").glob("*.yaml"))
     assert {p.stem for p in recipes} == {"testbed-tiny", "testbed-small"}
     for path in recipes:
         config = load_yaml_config(TestbedConfig, path)

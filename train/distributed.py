@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from contextlib import contextmanager
 
+from ..architectures.errors import DraftzooError
 from .precision import resolve_mixed_precision, training_device
 
 
@@ -32,7 +33,7 @@ def _env_flag(name: str) -> bool:
     return os.environ.get(name, "").lower() in ("1", "true", "yes")
 
 
-class LaunchError(RuntimeError):
+class LaunchError(DraftzooError, RuntimeError):
     """A launch topology that cannot run on this machine."""
 
 

@@ -1,7 +1,8 @@
 """The explicit registry of drafter families: recipe YAML -> typed recipe -> its `run`.
 
 A recipe names its family in its top-level `family:` key. An unknown family is an error that
-lists the known ones; nothing falls back to a default.
+lists the known ones; nothing falls back to a default. Each family's training module defines
+its recipe class, `run(recipe)` and `check_recipe(recipe)` (the meta-device check).
 """
 
 from __future__ import annotations
@@ -10,22 +11,23 @@ import importlib
 from pathlib import Path
 from typing import Any
 
-from ..architectures.config_io import ConfigError, from_dict
+from ..architectures.config_io import ConfigError, from_dict, read_yaml
 
-#: family -> (module, recipe class, run function)
-FAMILIES: dict[str, tuple[str, str, str]] = {
-    "draft_lm": ("draftzoo.train.draft_lm", "DraftLMRecipe", "run"),
-    "eagle1": ("draftzoo.train.eagle", "EagleRecipe", "run"),
-    "eagle3": ("draftzoo.train.eagle", "EagleRecipe", "run"),
+#: family -> (training module, recipe class)
+FAMILIES: dict[str, tuple[str, str]] = {
+    "draft_lm": ("draftzoo.train.draft_lm", "DraftLMRecipe"),
+    "eagle1": ("draftzoo.train.eagle", "EagleRecipe"),
+    "eagle3": ("draftzoo.train.eagle", "EagleRecipe"),
 }
 
 
 def _family(name: str):
+    """(training module, recipe class) of a family."""
     if name not in FAMILIES:
         raise ConfigError(f"unknown drafter family {name!r}; known: {', '.join(sorted(FAMILIES))}")
-    module_name, recipe_class, run_name = FAMILIES[name]
+    module_name, recipe_class = FAMILIES[name]
     module = importlib.import_module(module_name)
-    return getattr(module, recipe_class), getattr(module, run_name)
+    return module, getattr(module, recipe_class)
 
 
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
@@ -42,22 +44,21 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
             node = node.setdefault(part, {})
             if not isinstance(node, dict):
                 raise ConfigError(f"override {item!r}: {part} is not a section")
-        node[leaf] = yaml.safe_load(raw)
+        try:
+            node[leaf] = yaml.safe_load(raw)
+        except yaml.YAMLError as err:
+            raise ConfigError(f"override {item!r}: the value is not valid YAML") from err
     return data
 
 
 def load_recipe(path: Path, overrides: list[str] = ()):
     """A recipe file (plus overrides) as its family's typed recipe."""
-    import yaml
-
     path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"recipe not found: {path}")
-    data = yaml.safe_load(path.read_text()) or {}
-    if not isinstance(data, dict) or "family" not in data:
+    data = read_yaml(path, "recipe")
+    if "family" not in data:
         raise ConfigError(f"{path}: a recipe is a mapping with a top-level 'family' key")
     data = apply_overrides(data, list(overrides))
-    recipe_class, _ = _family(data["family"])
+    _, recipe_class = _family(data["family"])
     try:
         return from_dict(recipe_class, data)
     except ConfigError as err:
@@ -66,5 +67,11 @@ def load_recipe(path: Path, overrides: list[str] = ()):
 
 def run_recipe(recipe):
     """Train `recipe` with its family's loop."""
-    _, run = _family(recipe.family)
-    return run(recipe)
+    module, _ = _family(recipe.family)
+    return module.run(recipe)
+
+
+def check_recipe(recipe) -> dict:
+    """Build `recipe`'s target and drafter on the meta device (no weights); a summary."""
+    module, _ = _family(recipe.family)
+    return module.check_recipe(recipe)

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import logging
-import os
 from pathlib import Path
 
 import torch
 
+from ..architectures.config_io import ConfigError
+from ..architectures.defaults import COMMITTED_TARGET, data_cache_dir, recipes_dir, target_location
 from ..architectures.target import TargetAdapter
 from ..data.token_dataset import DataConfig, build_token_dataset
 from .recipe_config import TargetSpec
@@ -15,15 +16,13 @@ from .recipe_config import TargetSpec
 logger = logging.getLogger(__name__)
 
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-COMMITTED_TARGET = "testbed-small"
 
 
 def resolve_dirs(recipe) -> tuple[Path, Path, Path]:
     """(output_dir, work_dir, cache_dir) of a recipe, created."""
     output_dir = Path(recipe.output_dir)
     work_dir = Path(recipe.work_dir) if recipe.work_dir else Path(f"{output_dir}.work")
-    root = os.environ.get("DRAFTZOO_CACHE") or Path.home() / ".cache" / "draftzoo"
-    cache_dir = Path(recipe.cache_dir) if recipe.cache_dir else Path(root) / "data"
+    cache_dir = Path(recipe.cache_dir) if recipe.cache_dir else data_cache_dir()
     for folder in (work_dir, cache_dir):
         folder.mkdir(parents=True, exist_ok=True)
     return output_dir, work_dir, cache_dir
@@ -31,17 +30,13 @@ def resolve_dirs(recipe) -> tuple[Path, Path, Path]:
 
 def target_path(spec: TargetSpec) -> str:
     """A folder or hub name; `testbed-small` is the target shipped with draftzoo."""
-    if spec.path == COMMITTED_TARGET:
-        from .testbed import committed_testbed_dir
-
-        return str(committed_testbed_dir())
-    return spec.path
+    return target_location(spec.path)
 
 
 def load_target(spec: TargetSpec, device) -> TargetAdapter:
     """The frozen target (eval mode, no gradients) on `device`."""
     if spec.dtype not in TORCH_DTYPES:
-        raise ValueError(f"target.dtype must be one of {sorted(TORCH_DTYPES)}, got {spec.dtype!r}")
+        raise ConfigError(f"target.dtype must be one of {sorted(TORCH_DTYPES)}, got {spec.dtype!r}")
     adapter = TargetAdapter.from_pretrained(target_path(spec), dtype=TORCH_DTYPES[spec.dtype])
     adapter.to(device).eval()
     adapter.requires_grad_(False)
@@ -63,11 +58,7 @@ def prepare_dataset(config: DataConfig, tokenizer, cache_dir: Path, accelerator)
 
 def shipped_config_path(name: str) -> Path:
     """Where draftzoo ships the public config.json of hub model `name` (may not exist)."""
-    from importlib.resources import files
-
-    return (
-        Path(str(files("draftzoo.recipes"))) / "model_configs" / (name.replace("/", "__") + ".json")
-    )
+    return recipes_dir() / "model_configs" / (name.replace("/", "__") + ".json")
 
 
 def model_config(name_or_path: str):

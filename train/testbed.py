@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-from importlib.resources import files
 from pathlib import Path
 
+from ..architectures import defaults
 from ..architectures.config_io import load_yaml_config, to_dict
+from ..architectures.errors import DraftzooError
 from .distributed import partial_state
 from .pretrain_lm import pretrain
 from .testbed_config import TestbedConfig
@@ -25,15 +25,10 @@ TESTBED_SIZES = ("tiny", "small")
 RECORD_FILE = "testbed.json"
 
 
-class TestbedError(ValueError):
+class TestbedError(DraftzooError, ValueError):
     """A testbed that does not exist or cannot be built."""
 
     __test__ = False
-
-
-def recipes_dir() -> Path:
-    """The installed `recipes/testbed` folder."""
-    return Path(str(files("draftzoo.recipes"))) / "testbed"
 
 
 def recipe_path(size: str) -> Path:
@@ -42,18 +37,11 @@ def recipe_path(size: str) -> Path:
         raise TestbedError(
             f"unknown testbed size {size!r}; known sizes: {', '.join(TESTBED_SIZES)}"
         )
-    return recipes_dir() / f"testbed-{size}.yaml"
+    return defaults.recipes_dir() / "testbed" / f"testbed-{size}.yaml"
 
 
-def committed_testbed_dir() -> Path:
-    """The trained `testbed-small` folder shipped with draftzoo."""
-    return recipes_dir() / "testbed-small"
-
-
-def default_cache_dir() -> Path:
-    """Where prepared corpora, checkpoints and built testbeds go unless told otherwise."""
-    root = os.environ.get("DRAFTZOO_CACHE") or Path.home() / ".cache" / "draftzoo"
-    return Path(root) / "testbed"
+committed_testbed_dir = defaults.committed_target_dir
+default_cache_dir = defaults.testbed_cache_dir
 
 
 def build_testbed(config: TestbedConfig, output_dir: Path, cache_dir: Path | None = None) -> dict:

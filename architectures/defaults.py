@@ -1,0 +1,62 @@
+"""Defaults and locations, each written once: the committed target, caches, zoos, speculation.
+
+DRAFTZOO_CACHE   prepared data, testbed builds (default ~/.cache/draftzoo)
+DRAFTZOO_ZOO     the user's zoo (default <cache>/zoo)
+"""
+
+from __future__ import annotations
+
+import os
+from importlib.resources import files
+from pathlib import Path
+
+#: the target draftzoo ships and trains itself (recipes/testbed/testbed-small)
+COMMITTED_TARGET = "testbed-small"
+#: tokens a generation may add when nobody says how many
+MAX_NEW_TOKENS = 128
+#: 0 = greedy decoding
+TEMPERATURE = 0.0
+#: draft tokens per round of a fixed-length chain when nothing else is published
+NUM_SPECULATIVE_TOKENS = 4
+
+
+def recipes_dir() -> Path:
+    """The installed `recipes/` folder (`draftzoo.recipes`)."""
+    return Path(str(files("draftzoo.recipes")))
+
+
+def committed_target_dir() -> Path:
+    """The trained `testbed-small` folder shipped with draftzoo."""
+    return recipes_dir() / "testbed" / COMMITTED_TARGET
+
+
+def target_location(name_or_path: str | Path) -> str:
+    """A folder or hub name; `testbed-small` is the target shipped with draftzoo."""
+    if str(name_or_path) == COMMITTED_TARGET:
+        return str(committed_target_dir())
+    return str(name_or_path)
+
+
+def cache_root() -> Path:
+    """`$DRAFTZOO_CACHE`, else `~/.cache/draftzoo`."""
+    return Path(os.environ.get("DRAFTZOO_CACHE") or Path.home() / ".cache" / "draftzoo")
+
+
+def data_cache_dir() -> Path:
+    """Tokenized training data."""
+    return cache_root() / "data"
+
+
+def testbed_cache_dir() -> Path:
+    """Prepared corpora, checkpoints and built testbeds."""
+    return cache_root() / "testbed"
+
+
+def default_zoo_dir() -> Path:
+    """The user's zoo: `$DRAFTZOO_ZOO`, else `<cache>/zoo`."""
+    return Path(os.environ.get("DRAFTZOO_ZOO") or cache_root() / "zoo")
+
+
+def builtin_zoo_dir() -> Path:
+    """The zoo shipped in the package: the measured testbed drafters."""
+    return recipes_dir() / "zoo"

@@ -1,0 +1,12 @@
+"""The root of every error draftzoo raises on purpose.
+
+The CLI prints any `DraftzooError` as one line, `draftzoo: error: <message>`, and exits 2.
+Each part of the package subclasses it (`ConfigError`, `TargetError`, `GenerationError`, ...),
+keeping `ValueError` / `LookupError` beside it where callers already catch those.
+"""
+
+from __future__ import annotations
+
+
+class DraftzooError(Exception):
+    """Bad input, a refused request, or a file that is not what it should be."""
