@@ -20,18 +20,23 @@ from dataclasses import dataclass
 
 import torch
 
-from .acceptance import accept
+from ..architectures.defaults import NUM_SPECULATIVE_TOKENS
 from .errors import GenerationError
-from .generate import (
-    GenerationMetrics,
-    GenerationOutput,
-    SpeculativeGenerator,
-    _cut_at_stop,
-    fused_states,
-    target_states,
-)
+from .generate import fused_states, target_states
 from .kv_cache import _layers, cache_kwargs
 from .proposers import Proposer
+from .round import (
+    GenerationOutput,
+    Limits,
+    Request,
+    accept_round,
+    commit,
+    encode_prompt,
+    eos_ids,
+    output,
+    propose,
+    room,
+)
 from .sampling import SamplingParams
 from .tree import Proposal
 
@@ -84,18 +89,19 @@ class BatchGenerator:
         target,
         tokenizer,
         proposer_factory: Callable[[], Proposer] | None = None,
-        num_speculative_tokens: int = 4,
+        num_speculative_tokens: int = NUM_SPECULATIVE_TOKENS,
         max_speculative_batch: int = 8,
     ) -> None:
         """`proposer_factory` makes one proposer per request (draft LMs keep per-row state)."""
         if num_speculative_tokens < 0 or max_speculative_batch < 0:
             raise GenerationError("num_speculative_tokens and max_speculative_batch must be >= 0")
-        self.single = SpeculativeGenerator(target, tokenizer)  # shared helpers: encode, EOS
-        self.target, self.tokenizer = self.single.target, tokenizer
+        self.target, self.tokenizer = target.eval(), tokenizer
         self.proposer_factory = proposer_factory
         self.gamma = num_speculative_tokens
         self.max_speculative_batch = max_speculative_batch
-        self.device = self.single.device
+        self.device = next(target.parameters()).device
+        max_positions = getattr(target.config, "max_position_embeddings", None)
+        self.limits = Limits(max_positions, eos_ids(target, tokenizer))
 
     @torch.no_grad()
     def generate(
@@ -105,70 +111,54 @@ class BatchGenerator:
         params = params or SamplingParams()
         if not prompts:
             raise GenerationError("no prompts given")
-        contexts = [self.single._encode(p) for p in prompts]
-        proposers = [self.proposer_factory() if self.proposer_factory else None for _ in prompts]
-        for proposer in proposers:
-            if hasattr(proposer, "reset"):
+        requests = []
+        for prompt in prompts:
+            ids = encode_prompt(self.tokenizer, prompt, self.limits.max_context)
+            proposer = self.proposer_factory() if self.proposer_factory else None
+            if proposer is not None:
                 proposer.reset()
-        with target_states(proposers[0], self.target) as captured:
-            return self._generate(contexts, proposers, params, captured)
+            requests.append(Request(ids, proposer))
+        with target_states(requests[0].proposer, self.target) as captured:
+            return self._generate(requests, params, captured)
 
-    def _observe(self, captured, proposers, row: int, rows: list[int], slots) -> None:
-        """Hand request `rows[row]`'s proposer the target states of its committed `slots`."""
+    def _observe(self, captured, request: Request, row: int, slots) -> None:
+        """Hand `request`'s proposer the target states (cache row `row`) of its `slots`."""
         if captured is not None:
-            proposer = proposers[rows[row]]
+            proposer = request.proposer
             proposer.observe(fused_states(captured, proposer.target_layers)[row, slots])
 
-    def _generate(self, contexts, proposers, params, captured) -> BatchOutput:
+    def _generate(self, requests: list[Request], params, captured) -> BatchOutput:
         from transformers import DynamicCache
 
         generator = None if params.greedy else params.generator(self.device)
-        metrics = [GenerationMetrics() for _ in contexts]
-        generated: list[list[int]] = [[] for _ in contexts]
-        finish = [""] * len(contexts)
         started = time.perf_counter()
-
         cache = DynamicCache()
-        active = list(range(len(contexts)))
-        lengths = [len(c) - 1 for c in contexts]  # cache slots per row (all but the root)
-        self._prefill(cache, contexts, lengths)
+        lengths = [len(r.context) - 1 for r in requests]  # cache slots per row (all but the root)
+        self._prefill(cache, [r.context for r in requests], lengths)
         if max(lengths) > 0:
-            for r in active:
-                self._observe(captured, proposers, r, active, slice(0, lengths[r]))
+            for row, request in enumerate(requests):
+                self._observe(captured, request, row, slice(0, lengths[row]))
         prefill_seconds = time.perf_counter() - started
-        rounds = 0
+        active, rounds = list(range(len(requests))), 0
         while active:
             speculate = (
                 self.proposer_factory is not None and len(active) <= self.max_speculative_batch
             )
             proposals = []
             for r in active:
-                room = self._room(params, generated[r], contexts[r]) - 1
-                gamma = min(self.gamma, room) if speculate else 0
-                proposals.append(
-                    self._propose(proposers[r], contexts[r], gamma, params, generator, metrics[r])
-                )
+                gamma = min(self.gamma, room(requests[r], params, self.limits) - 1)
+                proposals.append(propose(requests[r], gamma if speculate else 0, params, generator))
             width = cache.get_seq_length()  # new slots start here
-            new_tokens = self._verify(
-                cache,
-                [lengths[r] for r in active],
-                [contexts[r][-1] for r in active],
-                proposals,
-                params,
-                generator,
-                [metrics[r] for r in active],
-            )
+            rows = [requests[r] for r in active]
+            verified = self._verify(cache, [lengths[r] for r in active], rows, proposals)
             rounds += 1
             keep_rows, keep_slots = [], []
-            for i, r in enumerate(active):
-                tokens, slots = new_tokens[i]
-                self._observe(captured, proposers, i, active, slots)
-                finish[r] = self.single._extend(generated[r], contexts[r], tokens, params)
-                if not finish[r] and self._room(params, generated[r], contexts[r]) <= 0:
-                    finish[r] = (
-                        "length" if len(generated[r]) >= params.max_new_tokens else "context"
-                    )
-                if finish[r]:
+            for i, (r, request) in enumerate(zip(active, rows, strict=True)):
+                tokens, slots = accept_round(
+                    verified[i], proposals[i], params, generator, request.metrics
+                )
+                self._observe(captured, request, i, slots)
+                if commit(request, tokens, params, self.limits, self.tokenizer):
                     continue
                 keep_rows.append(i)
                 keep_slots.append(list(range(lengths[r])) + [width + s for s in slots])
@@ -179,22 +169,10 @@ class BatchGenerator:
                 padded = [s + [0] * (wide - len(s)) for s in keep_slots]
                 _gather_cache(cache, torch.tensor(keep_rows), torch.tensor(padded))
         total = time.perf_counter() - started
-        outputs = []
-        for r in range(len(contexts)):
-            metrics[r].num_generated_tokens = len(generated[r])
-            metrics[r].prefill_seconds = prefill_seconds
-            metrics[r].total_seconds = total
-            text = self.tokenizer.decode(generated[r]) if self.tokenizer is not None else ""
-            if finish[r] == "stop_string":
-                text = _cut_at_stop(text, params.stop_strings)
-            outputs.append(GenerationOutput(generated[r], text, metrics[r], finish[r]))
-        return BatchOutput(outputs, total, rounds)
-
-    def _room(self, params, generated, context) -> int:
-        room = params.max_new_tokens - len(generated)
-        if self.single.max_positions is not None:
-            room = min(room, self.single.max_positions - len(context))
-        return room
+        for request in requests:
+            request.metrics.prefill_seconds = prefill_seconds
+            request.metrics.total_seconds = total
+        return BatchOutput([output(r, params, self.tokenizer) for r in requests], total, rounds)
 
     def _prefill(self, cache, contexts, lengths) -> None:
         """Right-padded prompts (all but their last token) into the cache."""
@@ -220,26 +198,16 @@ class BatchGenerator:
             **cache_kwargs(self.target, cache, True),
         )
 
-    def _propose(self, proposer, context, gamma, params, generator, metrics) -> Proposal:
-        if proposer is None or gamma <= 0:
-            return Proposal.chain([])
-        began = time.perf_counter()
-        proposal = proposer.propose(context, gamma, params, generator)
-        metrics.draft_seconds += time.perf_counter() - began
-        if len(proposal):
-            metrics.num_drafts += 1
-            metrics.num_draft_tokens += len(proposal)
-        return proposal
-
-    def _verify(self, cache, lengths, roots, proposals, params, generator, metrics):
-        """One forward for all rows; per row: (committed tokens, their new-slot offsets)."""
+    def _verify(self, cache, lengths, requests, proposals) -> list[torch.Tensor]:
+        """One forward for all rows over [root, nodes...]; each row's logits [n + 1, vocab]
+        (its verification time is counted on every row)."""
         began = time.perf_counter()
         width = cache.get_seq_length()
         q = 1 + max(len(p) for p in proposals)
         ids = torch.zeros(len(proposals), q, dtype=torch.long)
         positions = torch.zeros(len(proposals), q, dtype=torch.long)
-        for r, (root, proposal) in enumerate(zip(roots, proposals, strict=True)):
-            ids[r, : len(proposal) + 1] = torch.tensor([root, *proposal.tokens])
+        for r, (request, proposal) in enumerate(zip(requests, proposals, strict=True)):
+            ids[r, : len(proposal) + 1] = torch.tensor([request.context[-1], *proposal.tokens])
             positions[r] = lengths[r]
             positions[r, 1 : len(proposal) + 1] += torch.tensor(proposal.depths, dtype=torch.long)
         mask = _round_mask(lengths, proposals, width, self.target.dtype)
@@ -249,20 +217,7 @@ class BatchGenerator:
             position_ids=positions.to(self.device),
             **cache_kwargs(self.target, cache),
         )
-        results = []
         seconds = time.perf_counter() - began
-        for r, proposal in enumerate(proposals):
-            logits = out.logits[r, : len(proposal) + 1]
-            accepted, next_token = accept(logits, proposal, params, generator)
-            row = metrics[r]
-            row.verify_seconds += seconds
-            row.num_target_forwards += 1
-            row.num_accepted_tokens += len(accepted)
-            if len(proposal):
-                per_pos = row.num_accepted_tokens_per_pos
-                per_pos.extend([0] * (max(proposal.depths) - len(per_pos)))
-                for k in range(len(accepted)):
-                    per_pos[k] += 1
-            tokens = [proposal.tokens[node] for node in accepted] + [next_token]
-            results.append((tokens, [0] + [node + 1 for node in accepted]))
-        return results
+        for request in requests:
+            request.metrics.verify_seconds += seconds
+        return [out.logits[r, : len(p) + 1] for r, p in enumerate(proposals)]

@@ -35,6 +35,7 @@ import torch
 
 from ..architectures.eagle import DraftCache, EagleDrafter, load_eagle
 from ..architectures.target import TargetAdapter
+from .proposers import Proposer
 from .sampling import SamplingParams, probabilities, sample
 from .tree import Proposal
 
@@ -53,13 +54,13 @@ class TreeSettings:
             raise ValueError("tree top_k, depth, total_tokens and sampled_children must be >= 1")
 
 
-class EagleProposer:
+class EagleProposer(Proposer):
     """Drafts with an EAGLE-1/3 drafter; a chain, or an EAGLE-2 tree when `tree` is given."""
 
     def __init__(self, drafter: EagleDrafter, tree: TreeSettings | None = None) -> None:
         self.drafter = drafter.eval()
         self.tree = tree
-        self.target_layers = drafter.layers
+        self.target_layers = tuple(drafter.layers)
         self.device = drafter.fc.weight.device
         self.dtype = drafter.fc.weight.dtype
         #: the target id of every draft id, as a tensor and as a list for host-side lookups

@@ -10,94 +10,42 @@ from __future__ import annotations
 
 import time
 from contextlib import nullcontext
-from dataclasses import dataclass, field
 
 import torch
 
-from .acceptance import accept
 from .errors import GenerationError
 from .kv_cache import cache_kwargs, cache_length, cache_nbytes, crop, keep_tail
 from .proposers import Proposer
+from .round import (
+    GenerationMetrics,
+    GenerationOutput,
+    Limits,
+    Request,
+    accept_round,
+    commit,
+    encode_prompt,
+    eos_ids,
+    out_of_room,
+    output,
+    propose,
+    room,
+)
 from .sampling import SamplingParams
 from .speculation_length import AdaptiveLength
 from .static_forward import StaticForward
 from .tree import Proposal
 
-
-@dataclass
-class GenerationMetrics:
-    """Counters of one generate call, named as vLLM names its spec-decode metrics."""
-
-    num_generated_tokens: int = 0
-    num_target_forwards: int = 0  # verification forwards (prefill excluded)
-    num_drafts: int = 0  # rounds that proposed at least one token
-    num_draft_tokens: int = 0
-    num_accepted_tokens: int = 0
-    num_accepted_tokens_per_pos: list[int] = field(default_factory=list)
-    draft_seconds: float = 0.0
-    verify_seconds: float = 0.0
-    prefill_seconds: float = 0.0
-    total_seconds: float = 0.0
-    #: largest target KV cache (after a verification forward, tree nodes included) plus the
-    #: proposer's own cache as it stands then (its real entries; drafts are already cropped)
-    peak_cache_bytes: int = 0
-
-    @property
-    def mean_acceptance_length(self) -> float:
-        """tau: tokens committed per target forward (correction/bonus token included)."""
-        return self.num_generated_tokens / max(1, self.num_target_forwards)
-
-    @property
-    def draft_acceptance_rate(self) -> float:
-        return self.num_accepted_tokens / max(1, self.num_draft_tokens)
-
-    @property
-    def acceptance_per_position(self) -> list[float]:
-        """Share of drafting rounds whose k-th draft token was accepted."""
-        return [n / max(1, self.num_drafts) for n in self.num_accepted_tokens_per_pos]
-
-    @property
-    def tokens_per_second(self) -> float:
-        decode = self.total_seconds - self.prefill_seconds
-        return self.num_generated_tokens / decode if decode > 0 else 0.0
-
-    def summary(self) -> dict:
-        """Plain numbers for printing and reports."""
-        return {
-            "num_generated_tokens": self.num_generated_tokens,
-            "num_target_forwards": self.num_target_forwards,
-            "mean_acceptance_length": round(self.mean_acceptance_length, 4),
-            "num_drafts": self.num_drafts,
-            "num_draft_tokens": self.num_draft_tokens,
-            "num_accepted_tokens": self.num_accepted_tokens,
-            "draft_acceptance_rate": round(self.draft_acceptance_rate, 4),
-            "acceptance_per_position": [round(x, 4) for x in self.acceptance_per_position],
-            "draft_seconds": round(self.draft_seconds, 4),
-            "verify_seconds": round(self.verify_seconds, 4),
-            "tokens_per_second": round(self.tokens_per_second, 2),
-            "peak_cache_bytes": self.peak_cache_bytes,
-        }
-
-
-@dataclass
-class GenerationOutput:
-    """Generated token ids (prompt excluded), their text, and the call's metrics."""
-
-    token_ids: list[int]
-    text: str
-    metrics: GenerationMetrics
-    finish_reason: str  # "eos", "stop_string", "length" or "context"
+__all__ = ["GenerationMetrics", "GenerationOutput", "SpeculativeGenerator"]
 
 
 def target_states(proposer, target):
     """A context that captures the target states `proposer` reads (its `target_layers`), or
     a no-op for proposers that read none. Yields {HF index: [b, s, h]}, refreshed per forward."""
-    layers = getattr(proposer, "target_layers", None)
-    if not layers:
+    if proposer is None or not proposer.target_layers:
         return nullcontext(None)
     from ..architectures.target import TargetAdapter
 
-    return TargetAdapter(target).capture(layers)
+    return TargetAdapter(target).capture(proposer.target_layers)
 
 
 def fused_states(captured: dict, layers) -> torch.Tensor:
@@ -157,41 +105,22 @@ class SpeculativeGenerator:
         self.device = next(target.parameters()).device
         self.max_positions = getattr(target.config, "max_position_embeddings", None)
         self.static = StaticForward(target, max_cache_length, cuda_graphs) if static_cache else None
-        self.eos_ids = self._eos_ids()
+        self.eos_ids = eos_ids(target, tokenizer)
         #: set by `draftzoo.load`: the loaded drafter (`inference.load.DrafterRuntime`)
         self.drafter = None
 
-    def _eos_ids(self) -> set[int]:
-        ids: set[int] = set()
-        generation_config = getattr(self.target, "generation_config", None)
-        configured = getattr(generation_config, "eos_token_id", None)
-        if configured is not None:
-            ids.update(configured if isinstance(configured, list) else [configured])
-        if self.tokenizer is not None and self.tokenizer.eos_token_id is not None:
-            ids.add(self.tokenizer.eos_token_id)
-        return ids
-
-    def _encode(self, prompt: str | list[int]) -> list[int]:
-        if isinstance(prompt, str):
-            if not prompt:
-                raise GenerationError("the prompt is empty")
-            ids = self.tokenizer(prompt, add_special_tokens=False).input_ids
-        else:
-            ids = list(prompt)
-        if not ids:
-            raise GenerationError("the prompt is empty")
-        if self.max_positions is not None and len(ids) >= self.max_positions:
-            raise GenerationError(
-                f"the prompt has {len(ids)} tokens; the target's context is "
-                f"{self.max_positions} positions, which leaves no room to generate"
-            )
-        return ids
+    def _limits(self) -> Limits:
+        """The context a request may fill: the target's positions, or the static cache's."""
+        limit = self.max_positions
+        if self.static is not None:
+            limit = min(limit or self.static.max_length, self.static.max_length)
+        return Limits(limit, self.eos_ids)
 
     @torch.no_grad()
     def generate(self, prompt: str | list[int], params: SamplingParams | None = None):
         """Generate a continuation of `prompt` (text or token ids)."""
         params = params or SamplingParams()
-        prompt_ids = self._encode(prompt)
+        prompt_ids = encode_prompt(self.tokenizer, prompt, self.max_positions)
         if self.static is not None and len(prompt_ids) + params.max_new_tokens > (
             self.static.max_length
         ):
@@ -200,18 +129,43 @@ class SpeculativeGenerator:
                 f"not fit the static cache's {self.static.max_length} positions "
                 "(raise max_cache_length)"
             )
-        if hasattr(self.proposer, "reset"):
+        if self.proposer is not None:
             self.proposer.reset()
         if isinstance(self.speculation, AdaptiveLength):
             self.speculation.reset()
         generator = None if params.greedy else params.generator(self.device)
-        metrics = GenerationMetrics()
+        request = Request(list(prompt_ids), self.proposer)
         started = time.perf_counter()
-
         with target_states(self.proposer, self.target) as captured:
-            return self._generate(prompt_ids, params, generator, metrics, started, captured)
+            return self._generate(request, params, generator, started, captured)
 
-    def _generate(self, prompt_ids, params, generator, metrics, started, captured):
+    def _generate(self, request: Request, params, generator, started, captured):
+        cache = self._prefill(request.context, captured)
+        request.metrics.prefill_seconds = time.perf_counter() - started
+        limits = self._limits()
+        request.finish = out_of_room(request, params, limits)
+        while not request.finish:
+            metrics = request.metrics
+            draft_before, verify_before = metrics.draft_seconds, metrics.verify_seconds
+            gamma = self._gamma(room(request, params, limits) - 1)
+            proposal = propose(request, gamma, params, generator)
+            new_tokens = self._verify_and_commit(
+                request.context[-1], proposal, cache, params, generator, metrics, captured
+            )
+            if isinstance(self.speculation, AdaptiveLength):
+                self.speculation.observe(
+                    drafted=max(proposal.depths, default=0),
+                    accepted=len(new_tokens) - 1,
+                    draft_seconds=metrics.draft_seconds - draft_before,
+                    verify_seconds=metrics.verify_seconds - verify_before,
+                )
+            commit(request, new_tokens, params, limits, self.tokenizer)
+        request.metrics.total_seconds = time.perf_counter() - started
+        return output(request, params, self.tokenizer)
+
+    def _prefill(self, prompt_ids: list[int], captured):
+        """The prompt but its last token into the target's cache (and its states to the
+        proposer); the dynamic cache, or None with a static one."""
         from transformers import DynamicCache
 
         cache = None if self.static else DynamicCache()  # filled in place by every forward
@@ -225,41 +179,7 @@ class SpeculativeGenerator:
             else:
                 self.target(input_ids=prefill, **cache_kwargs(self.target, cache, True))
             self._observe(captured, slice(None))
-        metrics.prefill_seconds = time.perf_counter() - started
-
-        context = list(prompt_ids)
-        generated: list[int] = []
-        finish = "length"
-        while True:
-            room = params.max_new_tokens - len(generated)
-            if self.max_positions is not None:
-                room = min(room, self.max_positions - len(context))
-            if self.static:
-                room = min(room, self.static.max_length - len(context))
-            if room <= 0:
-                finish = "length" if len(generated) >= params.max_new_tokens else "context"
-                break
-            draft_before, verify_before = metrics.draft_seconds, metrics.verify_seconds
-            proposal = self._propose(context, self._gamma(room - 1), params, generator, metrics)
-            new_tokens = self._verify_and_commit(
-                context[-1], proposal, cache, params, generator, metrics, captured
-            )
-            if isinstance(self.speculation, AdaptiveLength):
-                self.speculation.observe(
-                    drafted=max(proposal.depths, default=0),
-                    accepted=len(new_tokens) - 1,
-                    draft_seconds=metrics.draft_seconds - draft_before,
-                    verify_seconds=metrics.verify_seconds - verify_before,
-                )
-            finish = self._extend(generated, context, new_tokens, params)
-            if finish:
-                break
-        metrics.total_seconds = time.perf_counter() - started
-        metrics.num_generated_tokens = len(generated)
-        text = self.tokenizer.decode(generated) if self.tokenizer is not None else ""
-        if finish == "stop_string":
-            text = _cut_at_stop(text, params.stop_strings)
-        return GenerationOutput(generated, text, metrics, finish)
+        return cache
 
     def _gamma(self, room: int) -> int:
         if self.proposer is None:
@@ -267,17 +187,6 @@ class SpeculativeGenerator:
         if isinstance(self.speculation, AdaptiveLength):
             return self.speculation.choose(room)
         return min(self.speculation, room)
-
-    def _propose(self, context, max_tokens, params, generator, metrics) -> Proposal:
-        if self.proposer is None or max_tokens <= 0:
-            return Proposal.chain([])
-        began = time.perf_counter()
-        proposal = self.proposer.propose(context, max_tokens, params, generator)
-        metrics.draft_seconds += time.perf_counter() - began
-        if len(proposal):
-            metrics.num_drafts += 1
-            metrics.num_draft_tokens += len(proposal)
-        return proposal
 
     def _observe(self, captured, slots) -> None:
         """Hand the proposer the target states of the committed positions `slots`."""
@@ -296,10 +205,11 @@ class SpeculativeGenerator:
             logits = self._static_verify(input_ids, proposal, captured)
         else:
             logits = self._dynamic_verify(input_ids, proposal, cache, past)
-        held = self._target_cache_bytes(cache) + getattr(self.proposer, "cache_nbytes", lambda: 0)()
+        held = self._target_cache_bytes(cache) + (
+            self.proposer.cache_nbytes() if self.proposer is not None else 0
+        )
         metrics.peak_cache_bytes = max(metrics.peak_cache_bytes, held)
-        accepted, next_token = accept(logits, proposal, params, generator)
-        kept = [0] + [node + 1 for node in accepted]
+        tokens, kept = accept_round(logits, proposal, params, generator, metrics)
         if self.static:
             self.static.commit(kept)
         elif proposal.is_chain:
@@ -308,15 +218,7 @@ class SpeculativeGenerator:
             keep_tail(cache, past, kept)
         self._observe(captured, kept)
         metrics.verify_seconds += time.perf_counter() - began
-        metrics.num_target_forwards += 1
-        metrics.num_accepted_tokens += len(accepted)
-        if len(proposal):
-            depth = len(accepted)
-            per_pos = metrics.num_accepted_tokens_per_pos
-            per_pos.extend([0] * (max(proposal.depths) - len(per_pos)))
-            for k in range(depth):
-                per_pos[k] += 1
-        return [proposal.tokens[node] for node in accepted] + [next_token]
+        return tokens
 
     def _dynamic_verify(self, input_ids, proposal, cache, past) -> torch.Tensor:
         kwargs = tree_forward_kwargs(proposal, past, self.target.dtype, self.device)
@@ -335,23 +237,3 @@ class SpeculativeGenerator:
         if self.static:
             return self.static.nbytes()
         return cache_nbytes(cache)
-
-    def _extend(self, generated, context, new_tokens, params) -> str:
-        """Commit tokens up to EOS / the length cap; return the finish reason or ''."""
-        for token in new_tokens:
-            generated.append(token)
-            context.append(token)
-            if token in self.eos_ids:
-                return "eos"
-            if len(generated) >= params.max_new_tokens:
-                return "length"
-        if params.stop_strings and self.tokenizer is not None:
-            tail = self.tokenizer.decode(generated[-(len(new_tokens) + 16) :])
-            if any(stop in tail for stop in params.stop_strings):
-                return "stop_string"
-        return ""
-
-
-def _cut_at_stop(text: str, stops: tuple[str, ...]) -> str:
-    cut = min((text.find(s) + len(s) for s in stops if s in text), default=len(text))
-    return text[:cut]

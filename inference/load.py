@@ -13,21 +13,23 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from importlib.resources import files
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch import nn
 
+from ..architectures.defaults import NUM_SPECULATIVE_TOKENS, target_location
 from ..architectures.drafter_io import DrafterError, check_drafter_target, read_drafter_record
 from ..architectures.target import FingerprintMismatchError, TargetAdapter
 from ..architectures.zoo_index import find_in_zoos
 from .eagle import EagleProposer, TreeSettings
+from .errors import GenerationError
 from .generate import SpeculativeGenerator
 from .proposers import DraftModelProposer, Proposer, ProposerError, vocabularies_match
 
-COMMITTED_TARGET = "testbed-small"
+#: `load(num_speculative_tokens=AS_PUBLISHED)`: the length the drafter's zoo entry serves with
+AS_PUBLISHED = "published"
 
 
 @dataclass
@@ -38,7 +40,7 @@ class DrafterRuntime:
     record: dict[str, Any]
     module: nn.Module  # the drafter's own weights (shared target weights excluded)
     make_proposer: Callable[[], Proposer]  # one per request (proposers keep per-request state)
-    num_speculative_tokens: int  # chain length, or tree depth
+    num_speculative_tokens: int | None  # chain length, or tree depth; None: adaptive
     proposal: str  # "chain" or "tree"
 
     @property
@@ -54,13 +56,6 @@ def resolve_drafter(name_or_path: str | Path, zoos: list[Path] | None = None):
     return find_in_zoos(str(name_or_path), zoos)
 
 
-def target_location(name_or_path: str) -> str:
-    """A folder or hub name; `testbed-small` is the target shipped with draftzoo."""
-    if name_or_path == COMMITTED_TARGET:
-        return str(Path(str(files("draftzoo.recipes"))) / "testbed" / COMMITTED_TARGET)
-    return name_or_path
-
-
 def load_target(name_or_path: str, dtype: torch.dtype = torch.float32, device=None):
     """(model, tokenizer) of a target by folder or hub name, in eval mode."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -74,8 +69,15 @@ def load_target(name_or_path: str, dtype: torch.dtype = torch.float32, device=No
 
 
 def recorded_target(record: dict[str, Any]) -> str:
-    """The target a drafter was trained for, as its recipe names it."""
-    return str(record.get("recipe", {}).get("target", {}).get("path") or COMMITTED_TARGET)
+    """The target a drafter was trained for, as its recipe names it; a record that names none
+    is an error (pass the target explicitly)."""
+    path = record.get("recipe", {}).get("target", {}).get("path")
+    if not path:
+        raise DrafterError(
+            "the drafter's record names no target it was trained for; pass the target "
+            "explicitly (--target, or load(..., target=...))"
+        )
+    return str(path)
 
 
 def load_drafter(
@@ -83,7 +85,7 @@ def load_drafter(
     target,
     tokenizer,
     proposal: str = "chain",
-    num_speculative_tokens: int = 4,
+    num_speculative_tokens: int | None = NUM_SPECULATIVE_TOKENS,
     tree: TreeSettings | None = None,
     static_cache: bool = False,
 ) -> DrafterRuntime:
@@ -121,7 +123,7 @@ def load_drafter(
                 return EagleProposer(drafter, settings)
 
             module = drafter
-            if proposal == "tree":
+            if proposal == "tree" and num_speculative_tokens is not None:
                 num_speculative_tokens = settings.depth
         else:
             raise DrafterError(f"{folder}: unknown drafter family {family!r}")
@@ -140,7 +142,7 @@ def load(
     tokenizer=None,
     *,
     proposal: str | None = None,
-    num_speculative_tokens: int | None = None,
+    num_speculative_tokens: int | Literal["published"] | None = AS_PUBLISHED,
     tree: TreeSettings | None = None,
     dtype: torch.dtype = torch.float32,
     device=None,
@@ -150,8 +152,11 @@ def load(
     """A `SpeculativeGenerator` for a published drafter (zoo name) or a drafter folder.
 
     `target`: a transformers causal LM, or its folder / hub name; None loads the target the
-    drafter was trained for. `proposal` / `num_speculative_tokens` / `tree` default to the
-    settings the drafter's published evaluation used (chain of 4 when unpublished).
+    drafter was trained for (a record that names none needs `target`). `proposal` /
+    `num_speculative_tokens` / `tree` default to the settings the drafter's published
+    evaluation used (a chain of `NUM_SPECULATIVE_TOKENS` when unpublished);
+    `num_speculative_tokens=None` chooses the length every round from the measured acceptance
+    and draft/verify cost (`AdaptiveLength`).
     `static_cache`: preallocated KV caches for the target (and a draft LM), whose decode
     forwards replay as CUDA graphs on a GPU.
     """
@@ -174,7 +179,7 @@ def load(
         target,
         tokenizer,
         proposal or serving.get("proposal", "chain"),
-        num_speculative_tokens or serving.get("num_speculative_tokens", 4),
+        _speculative_tokens(num_speculative_tokens, serving),
         tree,
         static_cache,
     )
@@ -187,3 +192,15 @@ def load(
     )
     generator.drafter = runtime
     return generator
+
+
+def _speculative_tokens(asked: int | str | None, serving: dict[str, Any]) -> int | None:
+    """The fixed length `load` was asked for, None for adaptive, or the published one."""
+    if asked == AS_PUBLISHED:
+        return serving.get("num_speculative_tokens", NUM_SPECULATIVE_TOKENS)
+    if asked is not None and (not isinstance(asked, int) or asked < 1):
+        raise GenerationError(
+            f"num_speculative_tokens must be an int >= 1, None (adaptive) or {AS_PUBLISHED!r}; "
+            f"got {asked!r}"
+        )
+    return asked

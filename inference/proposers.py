@@ -6,18 +6,26 @@ from typing import Protocol
 
 import torch
 
+from ..architectures.errors import DraftzooError
 from .kv_cache import cache_kwargs, cache_nbytes, crop
 from .sampling import SamplingParams, probabilities, sample
 from .static_forward import StaticForward
 from .tree import Proposal
 
 
-class ProposerError(ValueError):
+class ProposerError(DraftzooError, ValueError):
     """A proposer that cannot serve this target."""
 
 
 class Proposer(Protocol):
-    """Anything that drafts tokens after `context` (all committed tokens, prompt included)."""
+    """Anything that drafts tokens after `context` (all committed tokens, prompt included).
+
+    These are every call the generate loops make. A class that subclasses `Proposer` inherits
+    the defaults below (reads no target states, keeps no cache) and only writes `propose`.
+    """
+
+    #: HF hidden-state indices of the target the proposer reads; empty: none
+    target_layers: tuple[int, ...] = ()
 
     def propose(
         self,
@@ -25,10 +33,23 @@ class Proposer(Protocol):
         max_tokens: int,
         params: SamplingParams,
         generator: torch.Generator | None,
-    ) -> Proposal: ...
+    ) -> Proposal:
+        """A chain or tree of at most `max_tokens` draft tokens on one path."""
+        ...
+
+    def reset(self) -> None:
+        """Forget the previous request (called before each one)."""
+
+    def observe(self, states: torch.Tensor) -> None:
+        """Target states [n, k*h] (the `target_layers`, concatenated) of the next n committed
+        positions; called only when `target_layers` is not empty."""
+
+    def cache_nbytes(self) -> int:
+        """Bytes of the proposer's own cache, for the memory figures."""
+        return 0
 
 
-class PromptLookupProposer:
+class PromptLookupProposer(Proposer):
     """n-gram lookup in the context (no model): copy what followed the last match.
 
     Tries the longest suffix n-gram first (max_ngram down to min_ngram) and takes the most
@@ -58,7 +79,7 @@ def vocabularies_match(draft_tokenizer, target_tokenizer) -> bool:
     return draft_tokenizer.get_vocab() == target_tokenizer.get_vocab()
 
 
-class DraftModelProposer:
+class DraftModelProposer(Proposer):
     """A small causal LM sharing the target's tokenizer drafts a chain autoregressively.
 
     Its KV cache follows the context: before drafting it is cropped to the longest prefix it

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..architectures.defaults import MAX_NEW_TOKENS, TEMPERATURE
 from .errors import GenerationError
 
 
@@ -13,10 +14,10 @@ from .errors import GenerationError
 class SamplingParams:
     """How tokens are chosen. temperature 0 means greedy."""
 
-    temperature: float = 0.0  # 0 = greedy argmax; > 0 samples from softmax(logits / T)
+    temperature: float = TEMPERATURE  # 0 = greedy argmax; > 0 samples from softmax(logits / T)
     top_k: int = 0  # keep the k most likely tokens; 0 = all
     top_p: float = 1.0  # keep the smallest set with this much mass; 1 = all
-    max_new_tokens: int = 128  # hard cap on generated tokens
+    max_new_tokens: int = MAX_NEW_TOKENS  # hard cap on generated tokens
     stop_strings: tuple[str, ...] = ()  # stop once the decoded output contains one
     seed: int | None = None  # seeds the sampler's generator; None = nondeterministic
 

@@ -6,10 +6,11 @@ import copy
 
 import torch
 
+from draftzoo.inference.proposers import Proposer
 from draftzoo.inference.tree import Proposal
 
 
-class TopKTreeProposer:
+class TopKTreeProposer(Proposer):
     """Root children = the draft's top-`width` tokens; each continues greedily (one-hot q)."""
 
     def __init__(self, model, width: int = 2):
