@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # EAGLE-1 and EAGLE-3 trained side by side on one CUDA machine from the testbed-small recipes
-# (same data, rows and steps; EAGLE-3 taps 2, 6, 11 as in the README's budget table), then packed
+# (same data, rows and steps; EAGLE-3 taps 2, 6, 11 as in the budget table of docs/eagle.md), then packed
 # under $OUT (default ./eagle-pair): each finished drafter as <family>-drafter.tar; a run stopped
 # by the deadline leaves its newest checkpoint in 15 MB parts (<family>-ckpt.tar.part-*), which
 # `draftzoo train` resumes anywhere (same recipe, same --set flags, output_dir beside the .work).

@@ -43,15 +43,17 @@ def _prepare_data(recipe) -> None:
 
 
 def _side_by_side(reports: dict[str, dict]) -> str:
-    """tau and speedup of each drafter at each temperature, one line each."""
-    lines = [f"      {'drafter':28} {'T':>3} {'tau':>6} {'speedup':>9}"]
+    """tau, speedup over target-only and greedy identity of each drafter at each temperature."""
+    lines = [f"      {'drafter':28} {'T':>3} {'tau':>6} {'speedup':>9} {'greedy identity':>16}"]
     for name, report in reports.items():
         for row in report["results"]:
             if row["batch_size"] != 1:
                 continue
+            same = row.get("greedy_identity")
+            identity = f"{same['identical']}/{same['decodes']}" if same else "-"
             lines.append(
                 f"      {name:28} {row['temperature']:>3g} {row['tau']:>6.2f} "
-                f"{row['speedup']['mean']:>8.2f}x"
+                f"{row['speedup']['mean']:>8.2f}x {identity:>16}"
             )
     return "\n".join(lines)
 
