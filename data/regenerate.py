@@ -24,6 +24,7 @@ from pathlib import Path
 
 import torch
 
+from ..architectures.defaults import ANSWER_MAX_NEW_TOKENS, TEMPERATURE
 from .conversations import RowReport, Sample, iter_rows, iter_samples
 from .token_dataset import DataConfig
 
@@ -34,9 +35,9 @@ logger = logging.getLogger(__name__)
 class RegenerateConfig:
     """How answers are generated."""
 
-    temperature: float = 0.0  # 0 = greedy
+    temperature: float = TEMPERATURE  # 0 = greedy
     top_p: float = 1.0
-    max_new_tokens: int = 512
+    max_new_tokens: int = ANSWER_MAX_NEW_TOKENS
     batch_size: int = 8
     seed: int = 0
     limit: int | None = None  # regenerate only the first N usable rows

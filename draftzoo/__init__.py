@@ -22,6 +22,7 @@ _EXPORTS = {
     "TreeSettings": "draftzoo.inference.eagle",
     "load": "draftzoo.inference.load",
     "export_drafter": "draftzoo.architectures.export",
+    "DraftzooError": "draftzoo.architectures.errors",
 }
 
 __all__ = [*_EXPORTS, "__version__"]

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from draftzoo.architectures.config_io import ConfigError
 from draftzoo.architectures.defaults import (
+    ANSWER_MAX_NEW_TOKENS,
     MAX_NEW_TOKENS,
     NUM_SPECULATIVE_TOKENS,
     TEMPERATURE,
@@ -427,7 +428,7 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument(
         "--quality-tokens",
         type=int,
-        default=128,
+        default=MAX_NEW_TOKENS,
         help="tokens per greedy continuation when measuring repetition",
     )
     build.set_defaults(func=_testbed_build)
@@ -527,7 +528,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     regen.add_argument("--temperature", type=float, default=TEMPERATURE, help="0 = greedy")
     regen.add_argument("--top-p", type=float, default=1.0, help="nucleus cut when sampling")
-    regen.add_argument("--max-new-tokens", type=int, default=512, help="tokens per answer at most")
+    regen.add_argument(
+        "--max-new-tokens",
+        type=int,
+        default=ANSWER_MAX_NEW_TOKENS,
+        help="tokens per answer at most",
+    )
     regen.add_argument("--batch-size", type=int, default=8, help="conversations per generate call")
     regen.add_argument("--seed", type=int, default=0, help="sampling seed")
     regen.add_argument("--limit", type=int, help="regenerate only the first N usable rows")

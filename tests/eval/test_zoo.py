@@ -75,3 +75,37 @@ def test_load_with_static_caches_gives_the_same_tokens():
     fast, slow = static.generate(text, params), plain.generate(text, params)
     assert fast.token_ids == slow.token_ids
     assert fast.metrics.num_target_forwards == slow.metrics.num_target_forwards
+
+
+def test_load_serves_the_published_length_fixed_or_adaptive():
+    from draftzoo.inference.speculation_length import AdaptiveLength
+
+    entry = ENTRIES["eagle1-testbed-small"]
+    published = entry["serving"]["num_speculative_tokens"]
+    assert draftzoo.load("eagle1-testbed-small").speculation == published
+    assert draftzoo.load("eagle1-testbed-small", num_speculative_tokens=2).speculation == 2
+    adaptive = draftzoo.load("eagle1-testbed-small", num_speculative_tokens=None)
+    assert isinstance(adaptive.speculation, AdaptiveLength)
+    out = adaptive.generate("def add(a, b):", SamplingParams(max_new_tokens=16))
+    assert out.metrics.num_generated_tokens == 16 or out.finish_reason == "eos"
+    with pytest.raises(draftzoo.DraftzooError, match="num_speculative_tokens"):
+        draftzoo.load("eagle1-testbed-small", num_speculative_tokens=0)
+
+
+def test_a_drafter_whose_record_names_no_target_needs_one(tmp_path):
+    import shutil
+
+    from draftzoo.architectures.drafter_io import DrafterError
+    from draftzoo.inference.load import load_target
+
+    folder = tmp_path / "drafter"
+    shutil.copytree(ZooIndex(builtin_zoo_dir()).folder("eagle1-testbed-small"), folder)
+    record_file = folder / "draftzoo.json"
+    record = json.loads(record_file.read_text())
+    del record["recipe"]["target"]
+    record_file.write_text(json.dumps(record))
+    with pytest.raises(DrafterError, match="names no target"):
+        draftzoo.load(folder)
+    target, tokenizer = load_target("testbed-small")
+    generator = draftzoo.load(folder, target, tokenizer)
+    assert generator.generate("def f(x):", SamplingParams(max_new_tokens=4)).token_ids
