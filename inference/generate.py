@@ -35,7 +35,14 @@ from .speculation_length import AdaptiveLength
 from .static_forward import StaticForward
 from .tree import Proposal
 
-__all__ = ["GenerationMetrics", "GenerationOutput", "SpeculativeGenerator"]
+__all__ = [
+    "GenerationMetrics",
+    "GenerationOutput",
+    "SpeculativeGenerator",
+    "fused_states",
+    "target_states",
+    "tree_forward_kwargs",
+]
 
 
 def target_states(proposer, target):
