@@ -9,6 +9,11 @@
 | eagle3 | `speculators` | Eagle3Speculator              | fc, layers.0.*, norm, lm_head, d2t, t2d |
 | eagle1 | `vllm`        | EagleLlamaForCausalLM         | fc, layers.0.* (no input norm)       |
 | draft_lm | `hf`        | the draft LM's own (plain transformers checkpoint) |             |
+| medusa1 | `vllm`       | MedusaModel                   | blocks.{h}.layers.{l}.*, lm_heads.{h} |
+
+vLLM reads a Medusa config by renaming every key that contains "num" and "heads" to
+`num_heads` and every key with "num" and "layers" to `num_hidden_layers`, so the Medusa export
+writes no other `num_*` key.
 
 Hidden-state layer ids: draftzoo stores HF indices (k = input to decoder layer k). vLLM's
 top-level `eagle_aux_hidden_state_layer_ids` uses the same convention; SGLang's nested
@@ -33,6 +38,7 @@ FORMATS = {
     "eagle3": ("vllm", "sglang", "speculators"),
     "eagle1": ("vllm",),
     "draft_lm": ("hf",),
+    "medusa1": ("vllm",),
 }
 TOKENIZER_FILES = (
     "tokenizer.json",
@@ -109,6 +115,14 @@ def sglang_layer_ids(hf_indices: list[int], num_layers: int) -> list[int]:
 def _check_positions(config: dict[str, Any], target_config) -> None:
     if target_config is None:
         return
+    if "medusa_num_heads" in config:  # heads have no positions; they read the final state
+        hidden = getattr(target_config, "hidden_size", None)
+        if hidden is not None and hidden != config["hidden_size"]:
+            raise ExportError(
+                f"the heads read target states of size {config['hidden_size']}, "
+                f"the target's hidden size is {hidden}"
+            )
+        return
     theirs = getattr(target_config, "max_position_embeddings", None)
     if theirs is not None and theirs != config["max_position_embeddings"]:
         raise ExportError(
@@ -183,6 +197,22 @@ def _eagle1(config, tensors):
     return out, weights
 
 
+def _medusa(config, tensors):
+    """vLLM's `MedusaModel`: its parameter names are the heads' own; the config keys are
+    exactly those vLLM's MedusaConfig reads."""
+    out = {
+        "architectures": ["MedusaModel"],
+        "model_type": "medusa",
+        "hidden_size": config["hidden_size"],
+        "vocab_size": config["vocab_size"],
+        "truncated_vocab_size": config["vocab_size"],
+        "num_heads": config["medusa_num_heads"],
+        "num_hidden_layers": config["medusa_num_layers"],
+        "medusa_fc_bias": "blocks.0.layers.0.bias" in tensors,
+    }
+    return out, dict(tensors)
+
+
 def export_drafter(
     path: Path,
     output_dir: Path,
@@ -222,6 +252,8 @@ def export_drafter(
     verifier = verifier or str(record.get("recipe", {}).get("target", {}).get("path", ""))
     if family == "eagle3":
         out, weights = _eagle3(config, record, tensors, fmt, verifier, speculative_tokens)
+    elif family == "medusa1":
+        out, weights = _medusa(config, tensors)
     else:
         out, weights = _eagle1(config, tensors)
     out["torch_dtype"] = _dtype_name(tensors)

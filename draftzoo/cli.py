@@ -5,6 +5,7 @@ draftzoo testbed info
 draftzoo train recipes/draft_lm/testbed-small.yaml [--set train.max_steps=10]
 draftzoo capture recipes/draft_lm/testbed-small.yaml --dir runs/capture
 draftzoo generate --eagle runs/eagle3-testbed-small --tree --prompt 'def add(a, b):'
+draftzoo generate --medusa runs/medusa1-testbed-small --tree --prompt 'def add(a, b):'
 draftzoo eval runs/eagle3-testbed-small --prompts 20 --temperatures 0 1 --output-dir runs/e3-eval
 draftzoo publish runs/eagle3-testbed-small --report runs/e3-eval/report.json
 draftzoo zoo list
@@ -108,8 +109,8 @@ def _generate(args: argparse.Namespace) -> int:
     from draftzoo.inference.sampling import SamplingParams
     from draftzoo.train.testbed import committed_testbed_dir
 
-    if args.tree and not args.eagle:
-        raise ConfigError("--tree needs --eagle DRAFTER")
+    if args.tree and not (args.eagle or args.medusa):
+        raise ConfigError("--tree needs --eagle DRAFTER or --medusa DRAFTER")
     params = SamplingParams(
         temperature=args.temperature,
         top_k=args.top_k,
@@ -144,6 +145,13 @@ def _generate(args: argparse.Namespace) -> int:
             else None
         )
         proposer = EagleProposer.from_pretrained(args.eagle, target, tokenizer, tree)
+    elif args.medusa:
+        from draftzoo.inference.medusa import MedusaProposer, MedusaTree
+
+        proposer = MedusaProposer.from_pretrained(args.medusa, target, tokenizer)
+        if args.tree:
+            tree = MedusaTree.default(proposer.heads.num_heads)
+            proposer = MedusaProposer(proposer.heads, proposer.target_layers[0], tree)
     generator = SpeculativeGenerator(
         target, tokenizer, proposer, args.num_speculative_tokens, static_cache=args.static_cache
     )
@@ -453,7 +461,8 @@ def build_parser() -> argparse.ArgumentParser:
     gen = commands.add_parser(
         "generate",
         help="generate with the speculative runtime and print the text and its metrics",
-        description="Target-only decoding unless --draft, --eagle or --prompt-lookup is given. "
+        description="Target-only decoding unless --draft, --eagle, --medusa or --prompt-lookup "
+        "is given. "
         "Greedy at --temperature 0; sampling is lossless (rejection sampling).",
     )
     gen.add_argument("--target", help="target model folder (default: the committed testbed-small)")
@@ -461,11 +470,13 @@ def build_parser() -> argparse.ArgumentParser:
     drafts.add_argument("--draft", help="a draft causal LM sharing the target's tokenizer")
     drafts.add_argument("--prompt-lookup", action="store_true", help="n-gram prompt-lookup drafts")
     drafts.add_argument("--eagle", help="an EAGLE-1 or EAGLE-3 drafter folder for this target")
+    drafts.add_argument("--medusa", help="a Medusa heads folder for this target")
     gen.add_argument(
         "--tree",
         action="store_true",
-        help="EAGLE: draft EAGLE-2 dynamic trees instead of chains (--num-speculative-tokens "
-        "then caps the tree depth)",
+        help="EAGLE: draft EAGLE-2 dynamic trees; Medusa: its default static tree (16 nodes, "
+        "cut to the heads' depth); instead of chains (--num-speculative-tokens then caps the "
+        "tree depth)",
     )
     _add_tree_options(gen)
     gen.add_argument("--min-ngram", type=int, default=1, help="prompt lookup: shortest n-gram")
@@ -588,7 +599,11 @@ def _add_zoo_commands(commands) -> None:
     ev.add_argument("--temperatures", type=float, nargs="+", default=[0.0, 1.0])
     ev.add_argument("--batch-sizes", type=int, nargs="+", default=[1])
     ev.add_argument("--repeats", type=int, default=1, help="reruns, for the speedup's spread")
-    ev.add_argument("--tree", action="store_true", help="EAGLE: EAGLE-2 dynamic trees")
+    ev.add_argument(
+        "--tree",
+        action="store_true",
+        help="EAGLE: EAGLE-2 dynamic trees; Medusa: its default static tree",
+    )
     _add_tree_options(ev)
     ev.add_argument(
         "--num-speculative-tokens", type=int, default=NUM_SPECULATIVE_TOKENS, help="chain length"
@@ -638,7 +653,8 @@ def _add_zoo_commands(commands) -> None:
     exp = commands.add_parser(
         "export",
         help="write a drafter in the layout vLLM, SGLang or speculators loads",
-        description="eagle3: vllm | sglang | speculators; eagle1: vllm; draft_lm: hf.",
+        description="eagle3: vllm | sglang | speculators; eagle1: vllm; medusa1: vllm; "
+        "draft_lm: hf.",
     )
     exp.add_argument("drafter", help="a drafter folder or a zoo name")
     exp.add_argument("--format", required=True, choices=["vllm", "sglang", "speculators", "hf"])

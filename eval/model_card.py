@@ -14,7 +14,12 @@ import yaml
 
 from .runner import batch_one_breakdown, teacher_forced_breakdown
 
-FAMILY_NAMES = {"draft_lm": "draft LM", "eagle1": "EAGLE-1", "eagle3": "EAGLE-3"}
+FAMILY_NAMES = {
+    "draft_lm": "draft LM",
+    "eagle1": "EAGLE-1",
+    "eagle3": "EAGLE-3",
+    "medusa1": "Medusa-1",
+}
 
 
 def _article(noun: str) -> str:
@@ -115,6 +120,8 @@ CARD_TRAINING_FIELDS = (
     "num_processes",
     "final_loss",
     "simulated_acceptance_length",
+    "head_top1_accuracy",
+    "head_top5_accuracy",
 )
 
 

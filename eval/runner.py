@@ -413,7 +413,7 @@ def evaluate(
         "serving": {
             "proposal": drafter.proposal,
             "num_speculative_tokens": drafter.num_speculative_tokens,
-            "tree": asdict(config.tree) if config.tree else None,
+            "tree": asdict(drafter.tree) if drafter.tree else None,
         },
         "categories": sorted({p.category for p in prompts[1:]}),
         "results": results,

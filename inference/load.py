@@ -26,8 +26,11 @@ from ..architectures.zoo_index import find_in_zoos
 from .eagle import EagleProposer, TreeSettings
 from .errors import GenerationError
 from .generate import SpeculativeGenerator
+from .medusa import MedusaProposer, MedusaTree
 from .proposers import DraftModelProposer, Proposer, ProposerError, vocabularies_match
 
+MEDUSA_FAMILIES = ("medusa1",)
+TREE_FAMILIES = ("eagle1", "eagle3", *MEDUSA_FAMILIES)
 #: `load(num_speculative_tokens=AS_PUBLISHED)`: the length the drafter's zoo entry serves with
 AS_PUBLISHED = "published"
 
@@ -42,6 +45,7 @@ class DrafterRuntime:
     make_proposer: Callable[[], Proposer]  # one per request (proposers keep per-request state)
     num_speculative_tokens: int | None  # chain length, or tree depth; None: adaptive
     proposal: str  # "chain" or "tree"
+    tree: TreeSettings | MedusaTree | None = None  # the tree it drafts, when it drafts trees
 
     @property
     def family(self) -> str:
@@ -86,54 +90,81 @@ def load_drafter(
     tokenizer,
     proposal: str = "chain",
     num_speculative_tokens: int | None = NUM_SPECULATIVE_TOKENS,
-    tree: TreeSettings | None = None,
+    tree: TreeSettings | MedusaTree | None = None,
     static_cache: bool = False,
 ) -> DrafterRuntime:
     """A drafter folder loaded for `target` (a transformers causal LM), fingerprint-checked.
-    `static_cache`: a draft LM's proposers keep preallocated caches (CUDA graphs on CUDA)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    `proposal`: "chain", or "tree" (EAGLE: EAGLE-2 dynamic trees, `TreeSettings`; Medusa:
+    a static `MedusaTree`, its default when none is given); a tree's depth then sets the
+    speculation length unless that is None (adaptive). `static_cache`: a draft LM's proposers
+    keep preallocated caches (CUDA graphs on CUDA)."""
     folder = Path(folder)
     record = read_drafter_record(folder)
     family = record["family"]
     if proposal not in ("chain", "tree"):
-        raise ValueError(f"proposal must be 'chain' or 'tree', got {proposal!r}")
-    if proposal == "tree" and family not in ("eagle1", "eagle3"):
-        raise ValueError(f"a {family} drafter drafts chains only; trees need an EAGLE drafter")
-    adapter = TargetAdapter(target, tokenizer)
+        raise ProposerError(f"proposal must be 'chain' or 'tree', got {proposal!r}")
+    if proposal == "tree" and family not in TREE_FAMILIES:
+        raise ProposerError(
+            f"a {family} drafter drafts chains only; trees need an EAGLE or Medusa drafter"
+        )
+    builders = {"draft_lm": _draft_lm, "eagle1": _eagle, "eagle3": _eagle, "medusa1": _medusa}
+    if family not in builders:
+        raise DrafterError(f"{folder}: unknown drafter family {family!r}")
+    if proposal == "chain":
+        tree = None
+    elif tree is None:
+        tree = TreeSettings()  # the family's default tree
     try:
-        if family == "draft_lm":
-            check_drafter_target(folder, adapter.fingerprint())
-            if not vocabularies_match(AutoTokenizer.from_pretrained(folder), tokenizer):
-                raise ProposerError(f"drafter {folder} does not share the target's tokenizer")
-            device = next(target.parameters()).device
-            draft = AutoModelForCausalLM.from_pretrained(folder, dtype=target.dtype).to(device)
-            draft.eval()
-
-            def make() -> Proposer:
-                return DraftModelProposer(draft, None, None, static_cache=static_cache)
-
-            module = draft
-        elif family in ("eagle1", "eagle3"):
-            chain = EagleProposer.from_pretrained(folder, target, tokenizer)
-            drafter = chain.drafter
-            settings = (tree or TreeSettings()) if proposal == "tree" else None
-
-            def make() -> Proposer:
-                return EagleProposer(drafter, settings)
-
-            module = drafter
-            if proposal == "tree" and num_speculative_tokens is not None:
-                num_speculative_tokens = settings.depth
-        else:
-            raise DrafterError(f"{folder}: unknown drafter family {family!r}")
+        module, make, tree = builders[family](folder, target, tokenizer, tree, static_cache)
     except FingerprintMismatchError as err:
         given = getattr(target.config, "_name_or_path", "") or type(target).__name__
         raise FingerprintMismatchError(
             f"drafter {folder} was trained for target {recorded_target(record)!r}, "
             f"not for {given!r}: {err}"
         ) from err
-    return DrafterRuntime(folder, record, module, make, num_speculative_tokens, proposal)
+    if proposal == "tree" and num_speculative_tokens is not None:
+        num_speculative_tokens = tree.depth
+    return DrafterRuntime(folder, record, module, make, num_speculative_tokens, proposal, tree)
+
+
+def _draft_lm(folder, target, tokenizer, tree, static_cache):
+    """(module, proposer factory, None) of a draft LM sharing the target's tokenizer."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    check_drafter_target(folder, TargetAdapter(target, tokenizer).fingerprint())
+    if not vocabularies_match(AutoTokenizer.from_pretrained(folder), tokenizer):
+        raise ProposerError(f"drafter {folder} does not share the target's tokenizer")
+    device = next(target.parameters()).device
+    draft = AutoModelForCausalLM.from_pretrained(folder, dtype=target.dtype).to(device).eval()
+
+    def make() -> Proposer:
+        return DraftModelProposer(draft, None, None, static_cache=static_cache)
+
+    return draft, make, None
+
+
+def _eagle(folder, target, tokenizer, tree, static_cache):
+    """(module, proposer factory, tree) of an EAGLE-1/3 drafter; trees are EAGLE-2's."""
+    if isinstance(tree, MedusaTree):
+        raise ProposerError("a MedusaTree does not apply to an EAGLE drafter (TreeSettings)")
+    drafter = EagleProposer.from_pretrained(folder, target, tokenizer).drafter
+
+    def make() -> Proposer:
+        return EagleProposer(drafter, tree)
+
+    return drafter, make, tree
+
+
+def _medusa(folder, target, tokenizer, tree, static_cache):
+    """(module, proposer factory, tree) of Medusa heads; trees are static `MedusaTree`s."""
+    chain = MedusaProposer.from_pretrained(folder, target, tokenizer)
+    tree = _medusa_tree(tree, chain.heads.num_heads) if tree is not None else None
+
+    def make() -> Proposer:
+        return MedusaProposer(chain.heads, chain.target_layers[0], tree)
+
+    return chain.heads, make, tree
 
 
 def load(
@@ -173,7 +204,7 @@ def load(
 
         tokenizer = AutoTokenizer.from_pretrained(target.config._name_or_path)
     if tree is None and serving.get("tree"):
-        tree = TreeSettings(**serving["tree"])
+        tree = _published_tree(record["family"], serving["tree"])
     runtime = load_drafter(
         folder,
         target,
@@ -204,3 +235,24 @@ def _speculative_tokens(asked: int | str | None, serving: dict[str, Any]) -> int
             f"got {asked!r}"
         )
     return asked
+
+
+def _medusa_tree(tree, num_heads: int) -> MedusaTree:
+    """The Medusa tree to draft: the one given, or the default tree cut to the heads' depth
+    when none was named (EAGLE's tree settings at their defaults); EAGLE settings that were
+    changed are refused rather than ignored."""
+    if isinstance(tree, MedusaTree):
+        return tree
+    if tree != TreeSettings():
+        raise ProposerError(
+            "EAGLE tree settings (top_k, depth, total_tokens) do not apply to Medusa heads; "
+            "pass a MedusaTree(choices=...)"
+        )
+    return MedusaTree.default(num_heads)
+
+
+def _published_tree(family: str, settings: dict[str, Any]) -> TreeSettings | MedusaTree:
+    """A zoo entry's serving tree as the family's settings object."""
+    if family in MEDUSA_FAMILIES:
+        return MedusaTree(tuple(tuple(path) for path in settings["choices"]))
+    return TreeSettings(**settings)

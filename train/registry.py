@@ -18,6 +18,7 @@ FAMILIES: dict[str, tuple[str, str]] = {
     "draft_lm": ("draftzoo.train.draft_lm", "DraftLMRecipe"),
     "eagle1": ("draftzoo.train.eagle", "EagleRecipe"),
     "eagle3": ("draftzoo.train.eagle", "EagleRecipe"),
+    "medusa1": ("draftzoo.train.medusa", "MedusaRecipe"),
 }
 
 

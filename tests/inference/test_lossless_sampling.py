@@ -112,9 +112,28 @@ def _eagle3(target, tree: bool):
     return EagleProposer(drafter.eval(), tree_settings if tree else None)
 
 
+def _medusa(target, tree: bool):
+    """Three Medusa heads with random blocks (so they disagree with the target), as a sampled
+    chain or a static tree of 9 nodes (top-2 children, 3 deep)."""
+    from draftzoo.architectures.medusa import MedusaConfig, build_medusa
+    from draftzoo.architectures.target import TargetAdapter
+    from draftzoo.inference.medusa import MedusaProposer, MedusaTree
+
+    torch.manual_seed(5)
+    adapter = TargetAdapter(target)
+    heads = build_medusa(MedusaConfig(num_heads=3), adapter)
+    with torch.no_grad():
+        for block in heads.blocks:
+            block.layers[0].weight.normal_(0, 0.5)
+    choices = ((0,), (1,), (0, 0), (0, 1), (1, 0), (0, 0, 0), (0, 0, 1), (0, 1, 0), (1, 0, 0))
+    return MedusaProposer(heads.eval(), adapter.num_layers, MedusaTree(choices) if tree else None)
+
+
 @pytest.mark.parametrize(
     "case",
     [
+        "medusa-chain",
+        "medusa-tree",
         "draft-lm-similar",
         "draft-lm-bad",
         "tree-deterministic",
@@ -136,7 +155,9 @@ def test_speculative_sampling_matches_the_target_distribution(target_exact, case
     }.get(case)
     if case.startswith("eagle3"):
         proposer = _eagle3(target, tree=case == "eagle3-tree")
-    gamma = 3 if case == "eagle3-tree" else 2  # the tree's depth
+    if case.startswith("medusa"):
+        proposer = _medusa(target, tree=case == "medusa-tree")
+    gamma = 3 if case in ("eagle3-tree", "medusa-tree") else 2  # a tree's depth
     generator = SpeculativeGenerator(target, None, proposer, num_speculative_tokens=gamma)
     counts, accepted = sample_outcomes(generator)
     tv, threshold = _tv(counts, exact), _threshold(exact)

@@ -77,3 +77,16 @@ def test_real_eagle3_drafters_have_the_published_shapes():
     assert summary["hidden_state_layers"] == [2, 16, 29]
     qwen = load_recipe(RECIPES / "eagle3" / "qwen3-8b.yaml")
     assert check_eagle(qwen, model_config(qwen.target.path))["hidden_state_layers"] == [2, 18, 33]
+
+
+@pytest.mark.parametrize("path", sorted((RECIPES / "medusa1").glob("*.yaml")), ids=lambda p: p.name)
+def test_shipped_medusa_recipes_validate_on_meta(path):
+    from draftzoo.train.registry import check_recipe
+
+    recipe = load_recipe(path)
+    summary = check_recipe(recipe)
+    assert summary["num_heads"] == recipe.medusa.num_heads
+    # each head: a residual block (h x h + h) and its own h x V projection
+    config = model_config(recipe.target.path)
+    h, v = config.hidden_size, config.vocab_size
+    assert summary["head_parameters"] == recipe.medusa.num_heads * (h * h + h + h * v)

@@ -1,0 +1,157 @@
+"""Medusa heads: K extra decoding heads on the target's final post-norm state.
+
+Head k (k = 1..K) at position t predicts token t + k + 1 (the target's own head predicts
+t + 1). Each head is its own stack of `num_layers` residual blocks x + SiLU(W x + b), W
+zero-initialised so an untrained block is the identity, followed by its own Linear(h, V)
+started from the target's lm_head. Unlike the reference code's `[ResBlock] * n`, which repeats
+one block object (shared weights), every block here holds its own weights.
+
+Parameter names are vLLM's (`blocks.{h}.layers.{l}.weight/bias`, `lm_heads.{h}.weight`), so
+the vLLM export is a rename-free copy.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from .drafter_io import DrafterError
+from .target import TargetError
+
+WEIGHTS_FILE = "model.safetensors"
+FAMILIES = ("medusa1",)
+
+
+@dataclass(frozen=True)
+class MedusaConfig:
+    """The heads' shape."""
+
+    num_heads: int = 4  # K: head k predicts the token k + 1 places after the next one
+    num_layers: int = 1  # residual blocks per head
+
+    def __post_init__(self) -> None:
+        if self.num_heads < 1 or self.num_layers < 1:
+            raise ValueError("medusa.num_heads and medusa.num_layers must be >= 1")
+
+
+class ResidualBlocks(nn.Module):
+    """`num_layers` blocks x <- x + SiLU(W x + b), each with its own W (zero at start)."""
+
+    def __init__(self, hidden_size: int, num_layers: int) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(nn.Linear(hidden_size, hidden_size) for _ in range(num_layers))
+        for layer in self.layers:
+            nn.init.zeros_(layer.weight)
+        self.act = nn.SiLU()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = x + self.act(layer(x))
+        return x
+
+
+class MedusaHeads(nn.Module):
+    """K heads over the target's final post-norm state [..., h] -> logits [K, ..., V]."""
+
+    def __init__(self, fields: dict) -> None:
+        super().__init__()
+        self.fields = dict(fields)
+        hidden, vocab = fields["hidden_size"], fields["vocab_size"]
+        heads, layers = fields["medusa_num_heads"], fields["medusa_num_layers"]
+        self.blocks = nn.ModuleList(ResidualBlocks(hidden, layers) for _ in range(heads))
+        self.lm_heads = nn.ModuleList(nn.Linear(hidden, vocab, bias=False) for _ in range(heads))
+
+    @property
+    def num_heads(self) -> int:
+        return len(self.blocks)
+
+    def forward(
+        self, hidden: torch.Tensor | list[torch.Tensor], heads: int | None = None
+    ) -> torch.Tensor | list[torch.Tensor]:
+        """Logits [heads, ..., V] of the first `heads` heads (all by default) on one state
+        tensor [..., h]; or, given a list of K tensors (training: each head's own positions),
+        the list of each head's logits on its own tensor."""
+        if isinstance(hidden, (list, tuple)):
+            return [self.head_logits(k, states) for k, states in enumerate(hidden)]
+        count = self.num_heads if heads is None else heads
+        return torch.stack([self.head_logits(k, hidden) for k in range(count)])
+
+    def head_logits(self, k: int, hidden: torch.Tensor) -> torch.Tensor:
+        """Logits [..., V] of head k (0-based: head 0 predicts two tokens ahead)."""
+        return self.lm_heads[k](self.blocks[k](hidden.to(self.lm_heads[k].weight.dtype)))
+
+    def drafter_state_dict(self) -> dict[str, torch.Tensor]:
+        """Every tensor is the drafter's own (nothing is shared with the target)."""
+        return dict(self.state_dict())
+
+    def save_pretrained(
+        self, path: Path, safe_serialization: bool = True, state_dict: dict | None = None
+    ) -> None:
+        """Write config.json (the heads' fields) and model.safetensors."""
+        from safetensors.torch import save_file
+
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        (path / "config.json").write_text(json.dumps(self.fields, indent=1))
+        tensors = state_dict if state_dict is not None else self.state_dict()
+        tensors = {k: v.detach().contiguous() for k, v in tensors.items()}
+        save_file(tensors, str(path / WEIGHTS_FILE), metadata={"format": "pt"})
+
+
+def medusa_fields(config: MedusaConfig, target) -> dict:
+    """config.json fields of heads for `target` (a `TargetAdapter`)."""
+    return {
+        "draftzoo_family": "medusa1",
+        "hidden_size": target.hidden_size,
+        "vocab_size": target.lm_head.weight.shape[0],
+        "medusa_num_heads": config.num_heads,
+        "medusa_num_layers": config.num_layers,
+    }
+
+
+def build_medusa(config: MedusaConfig, target) -> MedusaHeads:
+    """Fresh heads for `target`: blocks at the identity, each head's projection a copy of the
+    target's lm_head (so an untrained head predicts what the target predicts next)."""
+    weight = target.lm_head.weight
+    if weight.shape[1] != target.hidden_size:
+        raise TargetError(
+            f"the target's lm_head reads {weight.shape[1]} features, not its hidden size "
+            f"{target.hidden_size}; Medusa heads need a plain vocabulary projection"
+        )
+    heads = MedusaHeads(medusa_fields(config, target))
+    with torch.no_grad():
+        for head in heads.lm_heads:
+            head.weight.copy_(weight.to(head.weight))
+    return heads
+
+
+def load_medusa(path: Path, target, dtype: torch.dtype = torch.float32) -> MedusaHeads:
+    """Saved heads, checked against `target` (a `TargetAdapter`): fingerprint, and every weight
+    present and expected."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    from .drafter_io import check_drafter_target
+
+    path = Path(path)
+    record = check_drafter_target(path, target.fingerprint())
+    if record["family"] not in FAMILIES:
+        raise DrafterError(f"{path} holds a {record['family']!r} drafter, not Medusa heads")
+    fields = json.loads((path / "config.json").read_text())
+    try:
+        tensors = load_file(str(path / WEIGHTS_FILE))
+    except (SafetensorError, OSError) as err:
+        raise DrafterError(f"{path / WEIGHTS_FILE} cannot be read: {err}") from err
+    heads = MedusaHeads(fields)
+    result = heads.load_state_dict(tensors, strict=False)
+    if result.missing_keys or result.unexpected_keys:
+        raise DrafterError(
+            f"{path}: weights do not match {fields['medusa_num_heads']} Medusa heads of "
+            f"{fields['medusa_num_layers']} layer(s) (missing {result.missing_keys}, "
+            f"unexpected {result.unexpected_keys})"
+        )
+    return heads.to(dtype=dtype, device=target.lm_head.weight.device).eval()

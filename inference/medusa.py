@@ -1,0 +1,158 @@
+"""Medusa proposers: chains and static trees from K heads on the target's last state.
+
+The generate loops hand the proposer the target's final post-norm state of every committed
+position (`observe`); the last one is the state whose own next token is the root (the last
+committed token). Head k read at that state predicts the token k places after the root, so one
+call of the heads drafts a whole chain: no drafter cache, nothing to roll back.
+
+Chain: each head's argmax (T = 0), or a token sampled from each head's own distribution q_k
+(T > 0, q returned for lossless acceptance). Tree (`MedusaTree`, Medusa's `medusa_choices`): a
+path (i_1, ..., i_d) is the node whose token is head d's i_d-th most likely token, under the
+node of the path without its last index; its nodes are deterministic, which the verifier treats
+as one-hot q (accept with the target's own probability), so trees are lossless at any
+temperature.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ..architectures.medusa import MedusaHeads, load_medusa
+from ..architectures.target import TargetAdapter
+from .proposers import Proposer, ProposerError
+from .sampling import SamplingParams, probabilities, sample
+from .tree import Proposal
+
+#: a sparse 16-node tree for 4 heads: wide near the root, one path deep
+DEFAULT_CHOICES: tuple[tuple[int, ...], ...] = (
+    (0,),
+    (1,),
+    (2,),
+    (3,),
+    (0, 0),
+    (0, 1),
+    (0, 2),
+    (1, 0),
+    (1, 1),
+    (2, 0),
+    (0, 0, 0),
+    (0, 0, 1),
+    (0, 1, 0),
+    (1, 0, 0),
+    (0, 0, 0, 0),
+    (0, 0, 0, 1),
+)
+
+
+@dataclass(frozen=True)
+class MedusaTree:
+    """A static Medusa tree: paths of per-depth top-k indices (`medusa_choices`)."""
+
+    choices: tuple[tuple[int, ...], ...] = DEFAULT_CHOICES
+
+    def __post_init__(self) -> None:
+        paths = [tuple(p) for p in self.choices]
+        if not paths or any(not p or min(p) < 0 for p in paths):
+            raise ValueError("a Medusa tree is a non-empty list of non-empty index paths >= 0")
+        if len(set(paths)) != len(paths):
+            raise ValueError("a Medusa tree lists a path twice")
+        missing = sorted({p[:-1] for p in paths if len(p) > 1} - set(paths))
+        if missing:
+            raise ValueError(f"a Medusa tree needs every path's parent; missing {missing}")
+        object.__setattr__(self, "choices", tuple(sorted(paths, key=lambda p: (len(p), p))))
+
+    @classmethod
+    def default(cls, num_heads: int) -> MedusaTree:
+        """`DEFAULT_CHOICES` without the paths deeper than `num_heads`."""
+        return cls(tuple(p for p in DEFAULT_CHOICES if len(p) <= num_heads))
+
+    @property
+    def depth(self) -> int:
+        """The longest path: the heads it needs."""
+        return max(len(p) for p in self.choices)
+
+    @property
+    def top_k(self) -> int:
+        """Candidates each head must rank."""
+        return 1 + max(max(p) for p in self.choices)
+
+    def proposal(self, ranked: torch.Tensor, depth: int) -> Proposal:
+        """The tree's nodes up to `depth`, tokens from `ranked` [heads, top_k] (each head's
+        tokens, best first)."""
+        index: dict[tuple[int, ...], int] = {}
+        tokens, parents = [], []
+        table = ranked.tolist()
+        for path in self.choices:
+            if len(path) > depth:
+                continue
+            index[path] = len(tokens)
+            tokens.append(table[len(path) - 1][path[-1]])
+            parents.append(index[path[:-1]] if len(path) > 1 else -1)
+        return Proposal(tokens, parents)
+
+
+class MedusaProposer(Proposer):
+    """Drafts with Medusa heads; a chain, or a static tree when `tree` is given."""
+
+    def __init__(
+        self, heads: MedusaHeads, target_layer: int, tree: MedusaTree | None = None
+    ) -> None:
+        if tree is not None and tree.depth > heads.num_heads:
+            raise ProposerError(
+                f"the Medusa tree is {tree.depth} deep but the drafter has {heads.num_heads} "
+                "heads; each depth needs its own head"
+            )
+        self.heads = heads.eval()
+        self.tree = tree
+        self.target_layers = (target_layer,)
+        self.device = heads.lm_heads[0].weight.device
+        self.reset()
+
+    @classmethod
+    def from_pretrained(
+        cls, path: str | Path, target, tokenizer=None, tree: MedusaTree | None = None
+    ) -> MedusaProposer:
+        """Load heads for `target` (a transformers causal LM), checked against it."""
+        adapter = TargetAdapter(target, tokenizer)
+        heads = load_medusa(Path(path), adapter, dtype=target.dtype)
+        return cls(heads, adapter.num_layers, tree)
+
+    def reset(self) -> None:
+        """Forget the request."""
+        self.last: torch.Tensor | None = None  # [h]: the state before the root
+        self.seen = 0  # committed positions whose state was observed
+
+    def observe(self, states: torch.Tensor) -> None:
+        """Target final states [n, h] of the next n committed positions."""
+        if len(states):
+            self.last = states[-1]
+            self.seen += len(states)
+
+    @torch.no_grad()
+    def propose(
+        self,
+        context: list[int],
+        max_tokens: int,
+        params: SamplingParams,
+        generator: torch.Generator | None,
+    ) -> Proposal:
+        if max_tokens <= 0 or self.last is None:
+            return Proposal.chain([])
+        if self.seen != len(context) - 1:
+            raise RuntimeError(
+                f"target states cover {self.seen} positions, the context has {len(context)} "
+                "tokens; every committed position but the last needs its state"
+            )
+        limit = self.tree.depth if self.tree is not None else self.heads.num_heads
+        depth = min(max_tokens, limit)
+        logits = self.heads(self.last.to(self.device), heads=depth)  # [depth, V]
+        if self.tree is not None:
+            return self.tree.proposal(logits.topk(self.tree.top_k, dim=-1).indices, depth)
+        if params.greedy:
+            return Proposal.chain(logits.argmax(-1).tolist())
+        q = torch.stack([probabilities(row, params) for row in logits])
+        tokens = [sample(row, generator) for row in q]
+        return Proposal.chain(tokens, q)

@@ -1,0 +1,102 @@
+"""Medusa proposers in the runtime: greedy identity (chain and static tree, batch 1 and 4),
+trees built from per-head rankings, and the refusals a tree or a drafter can meet."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+import draftzoo
+from draftzoo.inference.batch import BatchGenerator
+from draftzoo.inference.eagle import TreeSettings
+from draftzoo.inference.generate import SpeculativeGenerator
+from draftzoo.inference.load import load_drafter
+from draftzoo.inference.medusa import MedusaProposer, MedusaTree
+from draftzoo.inference.proposers import ProposerError
+from draftzoo.inference.sampling import SamplingParams
+from tests.inference.test_batch import PROMPTS
+from tests.train.helpers import write_chat_jsonl
+from tests.train.test_medusa import tiny_medusa_recipe
+
+TREE = MedusaTree(((0,), (1,), (0, 0), (0, 1), (1, 0), (0, 0, 0), (0, 0, 1)))
+
+
+@pytest.fixture(scope="module")
+def heads_folder(testbed_tiny, tmp_path_factory) -> Path:
+    """Medusa heads trained 40 steps on testbed-tiny (real steps)."""
+    from draftzoo.train.medusa import run
+
+    root = tmp_path_factory.mktemp("medusa-runtime")
+    chat = write_chat_jsonl(root / "chat.jsonl", 48)
+    recipe = tiny_medusa_recipe(
+        root,
+        testbed_tiny[0],
+        chat,
+        train={"max_steps": 40, "lr": 5e-3, "warmup_steps": 2, "checkpoint_every": 100},
+    )
+    run(recipe)
+    return Path(recipe.output_dir)
+
+
+@pytest.fixture(scope="module")
+def reference(target_and_tokenizer):
+    model, tokenizer = target_and_tokenizer
+    params = SamplingParams(max_new_tokens=32)
+    return [SpeculativeGenerator(model, tokenizer).generate(p, params).token_ids for p in PROMPTS]
+
+
+@pytest.mark.parametrize("tree", [None, TREE], ids=["chain", "tree"])
+def test_greedy_output_equals_target_only_batch_1_and_4(
+    heads_folder, target_and_tokenizer, reference, tree
+):
+    model, tokenizer = target_and_tokenizer
+    proposer = MedusaProposer.from_pretrained(heads_folder, model, tokenizer, tree)
+    single = SpeculativeGenerator(model, tokenizer, proposer, num_speculative_tokens=3)
+    params = SamplingParams(max_new_tokens=32)
+    outputs = [single.generate(p, params) for p in PROMPTS]
+    assert [o.token_ids for o in outputs] == reference
+    assert sum(o.metrics.num_accepted_tokens for o in outputs) > 0  # the heads were used
+    heads = proposer.heads
+    batch = BatchGenerator(
+        model,
+        tokenizer,
+        lambda: MedusaProposer(heads, proposer.target_layers[0], tree),
+        num_speculative_tokens=3,
+    )
+    out = batch.generate(PROMPTS, params)
+    assert [o.token_ids for o in out.outputs] == reference
+
+
+def test_the_tree_is_each_heads_ranking_under_its_parent():
+    ranked = torch.tensor([[10, 11, 12], [20, 21, 22], [30, 31, 32]])
+    proposal = TREE.proposal(ranked, depth=3)
+    assert proposal.tokens == [10, 11, 20, 21, 20, 30, 31]
+    assert proposal.parents == [-1, -1, 0, 0, 1, 2, 2]
+    shallow = TREE.proposal(ranked, depth=1)
+    assert shallow.tokens == [10, 11] and shallow.is_chain is False
+    assert (TREE.depth, TREE.top_k) == (3, 2)
+
+
+def test_bad_trees_and_settings_are_refused(heads_folder, target_and_tokenizer):
+    with pytest.raises(ValueError, match="parent"):
+        MedusaTree(((0,), (1, 0)))
+    with pytest.raises(ValueError, match="twice"):
+        MedusaTree(((0,), (0,)))
+    model, tokenizer = target_and_tokenizer
+    deep = MedusaTree(((0,), (0, 0), (0, 0, 0), (0, 0, 0, 0)))  # 4 deep, 3 heads
+    with pytest.raises(ProposerError, match="3 heads"):
+        MedusaProposer.from_pretrained(heads_folder, model, tokenizer, deep)
+    with pytest.raises(ProposerError, match="do not apply to Medusa"):
+        load_drafter(heads_folder, model, tokenizer, "tree", tree=TreeSettings(top_k=2))
+
+
+def test_load_serves_chains_and_the_default_tree(heads_folder, target_and_tokenizer, reference):
+    model, tokenizer = target_and_tokenizer
+    runtime = load_drafter(heads_folder, model, tokenizer, "tree", tree=TREE)
+    assert runtime.tree == TREE and runtime.num_speculative_tokens == TREE.depth
+    generator = draftzoo.load(heads_folder, model, tokenizer, proposal="tree")
+    assert generator.speculation == 3  # the default tree, cut to the 3 heads
+    out = generator.generate(PROMPTS[0], SamplingParams(max_new_tokens=32))
+    assert out.token_ids == reference[0]

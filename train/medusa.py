@@ -1,0 +1,109 @@
+"""Train Medusa-1 heads for a frozen target, top to bottom: setup -> train -> save.
+
+    accelerate launch [--config_file recipes/launch/<topology>.yaml] -m draftzoo \\
+        train recipes/medusa1/testbed-small.yaml
+
+(or `draftzoo train RECIPE` for one process). The heads read the target's final post-norm
+state, online (target forward in the step) or from offline shards (`draftzoo capture
+RECIPE`); the loss and per-head accuracies are in `medusa_loss.py`. Setup, the loop,
+checkpoints, exact resume, replica checks and the atomic export are the shared training blocks
+(`blocks.py`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from ..architectures.medusa import MedusaConfig, MedusaHeads, build_medusa
+from ..data.capture import CaptureConfig
+from ..data.token_dataset import DataConfig
+from .blocks import export_drafter, prepare_model, start_run, train_steps
+from .distributed import whole_weights
+from .medusa_loss import MedusaLoss, MedusaLossConfig
+from .recipe_config import TargetSpec, TrainConfig, TrainResult
+from .setup import model_config
+
+
+@dataclass(frozen=True)
+class MedusaRecipe:
+    """A whole Medusa-1 recipe."""
+
+    family: str = "medusa1"  # the registry name; must be "medusa1" here
+    name: str = "medusa1"  # run and tracker name
+    output_dir: str = "runs/medusa1"  # the exported heads
+    work_dir: str | None = None  # checkpoints and logs (default: <output_dir>.work)
+    cache_dir: str | None = None  # tokenized data cache (default: $DRAFTZOO_CACHE/data)
+    target: TargetSpec = field(default_factory=TargetSpec)
+    data: DataConfig = field(default_factory=DataConfig)
+    capture: CaptureConfig = field(default_factory=CaptureConfig)
+    medusa: MedusaConfig = field(default_factory=MedusaConfig)
+    loss: MedusaLossConfig = field(default_factory=MedusaLossConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+    def __post_init__(self) -> None:
+        if self.family != "medusa1":
+            raise ValueError(f"family must be 'medusa1' for this recipe, got {self.family!r}")
+
+    def capture_layers(self, num_target_layers: int) -> list[int]:
+        """HF indices the recipe reads from the target: the final post-norm state."""
+        return [num_target_layers]
+
+
+def check_on_meta(recipe: MedusaRecipe, target_config) -> dict:
+    """Build target and heads on the meta device and check they fit (no weights)."""
+    from transformers import AutoModelForCausalLM
+
+    from ..architectures.target import TargetAdapter, TargetError
+
+    with torch.device("meta"):
+        target = TargetAdapter(AutoModelForCausalLM.from_config(target_config))
+        heads = build_medusa(recipe.medusa, target)
+    if target_config.max_position_embeddings < recipe.data.max_length:
+        raise TargetError(
+            f"data.max_length {recipe.data.max_length} exceeds the target's "
+            f"max_position_embeddings {target_config.max_position_embeddings}"
+        )
+    return {
+        "target_parameters": sum(p.numel() for p in target.parameters()),
+        "head_parameters": sum(p.numel() for p in heads.parameters()),
+        "num_heads": heads.num_heads,
+        "vocab_size": target.lm_head.weight.shape[0],
+        "target_layers": target.num_layers,
+    }
+
+
+def check_recipe(recipe: MedusaRecipe) -> dict:
+    """`check_on_meta` with the target's config found by name."""
+    return check_on_meta(recipe, model_config(recipe.target.path))
+
+
+def run(recipe: MedusaRecipe) -> TrainResult:
+    """Train and export the heads; resumes from the newest complete checkpoint."""
+    run = start_run(recipe)
+    with whole_weights(run.accelerator):
+        heads: MedusaHeads = build_medusa(recipe.medusa, run.target)
+    heads = heads.to(run.accelerator.device)
+    heads, optimizer, scheduler = prepare_model(run.accelerator, heads, recipe.train)
+    loss = MedusaLoss(recipe.loss, recipe.medusa.num_heads, run.target, run.features)
+    outcome = train_steps(run, heads, optimizer, scheduler, loss)
+    accuracies = loss.accuracies(outcome.metrics)
+    training = {
+        "head_top1_accuracy": accuracies,
+        "head_top5_accuracy": [
+            outcome.metrics.get(f"train/head{k}_top5", float("nan"))
+            for k in range(1, recipe.medusa.num_heads + 1)
+        ],
+        "simulated_acceptance_length": loss.derived(outcome.metrics)[
+            "train/simulated_acceptance_length"
+        ],
+    }
+    layers = [run.target.num_layers]
+    export_drafter(run, heads, recipe.family, _all_weights, training, outcome, layers)
+    return TrainResult.of(run.output_dir, outcome, accuracies[0])
+
+
+def _all_weights(model, state_dict: dict) -> dict:
+    """Every tensor of the heads ships."""
+    return state_dict

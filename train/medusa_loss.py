@@ -1,0 +1,102 @@
+"""Medusa-1's loss: sum_k decay^(k-1) x loss_k over assistant tokens, the target frozen.
+
+Head k (1..K) reads the target's final post-norm state f_t and predicts x_{t+k+1}; position t
+counts for head k when x_{t+k+1} is supervised and in t's packed sample. loss_k is the
+cross-entropy on the data's token (`target: data`) or the soft cross-entropy against the
+target's own distribution for that token, its logits at position t + k (`target: distill`).
+Every head is also scored against the target's argmax for its token (what greedy acceptance
+compares): top-1 and top-5 accuracy, logged per head. The loop normalises by head 1's
+positions (as EAGLE's first step), so the weights keep their meaning as more heads are added.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+import torch.nn.functional as F
+
+from ..architectures.acceptance_length import simulated_acceptance_length
+from ..data.capture import target_logits
+from .eagle_losses import ahead, real_positions
+
+HEAD_TARGETS = ("data", "distill")
+
+
+@dataclass(frozen=True)
+class MedusaLossConfig:
+    """What the heads learn from."""
+
+    target: str = "data"  # "data": the data's tokens (CE); "distill": the target's distribution
+    decay: float = 0.8  # head k's weight is decay^(k-1)
+
+    def __post_init__(self) -> None:
+        if self.target not in HEAD_TARGETS:
+            raise ValueError(f"loss.target must be one of {HEAD_TARGETS}, got {self.target!r}")
+        if not 0 < self.decay <= 1:
+            raise ValueError("loss.decay must be in (0, 1]")
+
+
+def medusa_loss_sums(config: MedusaLossConfig, heads, target, final: torch.Tensor, batch):
+    """(summed weighted loss, {stat: [sum, count]}) of one micro-batch.
+
+    `heads` is the (possibly DDP/DeepSpeed-wrapped) module, called once with every head's
+    positions; `final` the target's final post-norm states [b, s, h]."""
+    num_heads = getattr(heads, "module", heads).num_heads
+    keeps = [real_positions(batch, k + 1) for k in range(1, num_heads + 1)]  # x_{t+k+1} real
+    outputs = heads([final[keep] for keep in keeps])
+    total = final.new_zeros((), dtype=torch.float32)
+    stats: dict[str, torch.Tensor] = {}
+    for k, (keep, logits) in enumerate(zip(keeps, outputs, strict=True), start=1):
+        count = keep.sum().float()
+        if not keep.any():  # still in the graph, so data-parallel ranks agree on what trained
+            total = total + 0.0 * logits.sum()
+            zero = total.new_zeros(2)
+            stats.update({f"head{k}_top1": zero, f"head{k}_top5": zero.clone()})
+            continue
+        logits = logits.float()  # [n, V]
+        with torch.no_grad():
+            teacher = target_logits(target, ahead(final, k, keep)).float()
+        if config.target == "data":
+            loss = F.cross_entropy(logits, ahead(batch.input_ids, k + 1, keep), reduction="sum")
+        else:
+            loss = -(F.softmax(teacher, -1) * F.log_softmax(logits, -1)).sum()
+        total = total + config.decay ** (k - 1) * loss
+        with torch.no_grad():
+            wanted = teacher.argmax(-1)
+            top5 = logits.topk(min(5, logits.shape[-1]), dim=-1).indices
+            stats[f"head{k}_top1"] = torch.stack([(top5[:, 0] == wanted).float().sum(), count])
+            stats[f"head{k}_top5"] = torch.stack(
+                [(top5 == wanted[:, None]).any(-1).float().sum(), count]
+            )
+    return total, stats
+
+
+class MedusaLoss:
+    """The shared loop's view of Medusa-1: the target's final state in, K head losses out."""
+
+    shown: ClassVar[dict[str, str]] = {"train/head1_top1": "head1", "train/head2_top1": "head2"}
+
+    def __init__(self, config: MedusaLossConfig, num_heads: int, target, features) -> None:
+        self.config, self.num_heads = config, num_heads
+        self.target, self.features = target, features
+
+    def supervised(self, batch) -> torch.Tensor:
+        return real_positions(batch, 2).sum()
+
+    def teacher(self, batch):
+        """The target's final post-norm states of `batch`."""
+        return self.features(batch)[self.target.num_layers]
+
+    def __call__(self, heads, batch, final, logs: bool = True):
+        return medusa_loss_sums(self.config, heads, self.target, final, batch)
+
+    def accuracies(self, metrics: dict[str, float]) -> list[float]:
+        """Each head's top-1 accuracy against the target's argmax (NaN before a log)."""
+        heads = range(1, self.num_heads + 1)
+        return [metrics.get(f"train/head{k}_top1", float("nan")) for k in heads]
+
+    def derived(self, metrics: dict[str, float]) -> dict[str, float]:
+        accuracies = self.accuracies(metrics)
+        return {"train/simulated_acceptance_length": simulated_acceptance_length(accuracies)}
