@@ -27,7 +27,7 @@ from .blocks import export_drafter, prepare_model, start_run, train_steps
 from .distributed import whole_weights
 from .eagle_batch import EagleLoss, draft_vocab
 from .recipe_config import TargetSpec, TrainConfig, TrainResult
-from .setup import model_config
+from .setup import meta_target, model_config
 
 logger = logging.getLogger(__name__)
 
@@ -61,18 +61,9 @@ class EagleRecipe:
 
 def check_on_meta(recipe: EagleRecipe, target_config) -> dict:
     """Build target and drafter on the meta device and check they fit (no weights)."""
-    from transformers import AutoModelForCausalLM
-
-    from ..architectures.target import TargetAdapter, TargetError
-
+    target = meta_target(target_config, recipe.data.max_length)
     with torch.device("meta"):
-        target = TargetAdapter(AutoModelForCausalLM.from_config(target_config))
         drafter = build_eagle(recipe.eagle, target)
-    if target_config.max_position_embeddings < recipe.data.max_length:
-        raise TargetError(
-            f"data.max_length {recipe.data.max_length} exceeds the target's "
-            f"max_position_embeddings {target_config.max_position_embeddings}"
-        )
     return {
         "target_parameters": sum(p.numel() for p in target.parameters()),
         "drafter_parameters": sum(p.numel() for p in drafter.parameters()),

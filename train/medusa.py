@@ -23,7 +23,7 @@ from .blocks import export_drafter, prepare_model, start_run, train_steps
 from .distributed import whole_weights
 from .medusa_loss import MedusaLoss, MedusaLossConfig
 from .recipe_config import TargetSpec, TrainConfig, TrainResult
-from .setup import model_config
+from .setup import meta_target, model_config
 
 
 @dataclass(frozen=True)
@@ -53,18 +53,9 @@ class MedusaRecipe:
 
 def check_on_meta(recipe: MedusaRecipe, target_config) -> dict:
     """Build target and heads on the meta device and check they fit (no weights)."""
-    from transformers import AutoModelForCausalLM
-
-    from ..architectures.target import TargetAdapter, TargetError
-
+    target = meta_target(target_config, recipe.data.max_length)
     with torch.device("meta"):
-        target = TargetAdapter(AutoModelForCausalLM.from_config(target_config))
         heads = build_medusa(recipe.medusa, target)
-    if target_config.max_position_embeddings < recipe.data.max_length:
-        raise TargetError(
-            f"data.max_length {recipe.data.max_length} exceeds the target's "
-            f"max_position_embeddings {target_config.max_position_embeddings}"
-        )
     return {
         "target_parameters": sum(p.numel() for p in target.parameters()),
         "head_parameters": sum(p.numel() for p in heads.parameters()),

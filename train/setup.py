@@ -76,3 +76,19 @@ def model_config(name_or_path: str):
         data = json.loads(shipped.read_text())
         return AutoConfig.for_model(data.pop("model_type"), **data)
     return AutoConfig.from_pretrained(name_or_path)
+
+
+def meta_target(target_config, max_length: int):
+    """The target as a `TargetAdapter` on the meta device (no weights), refusing rows longer
+    than its context; a family's `check_on_meta` builds its drafter beside it."""
+    from transformers import AutoModelForCausalLM
+
+    from ..architectures.target import TargetError
+
+    if target_config.max_position_embeddings < max_length:
+        raise TargetError(
+            f"data.max_length {max_length} exceeds the target's "
+            f"max_position_embeddings {target_config.max_position_embeddings}"
+        )
+    with torch.device("meta"):
+        return TargetAdapter(AutoModelForCausalLM.from_config(target_config))
