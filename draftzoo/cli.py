@@ -146,8 +146,17 @@ def _generate(args: argparse.Namespace) -> int:
         )
         proposer = EagleProposer.from_pretrained(args.eagle, target, tokenizer, tree)
     elif args.medusa:
+        from draftzoo.inference.eagle import TreeSettings
         from draftzoo.inference.medusa import MedusaProposer, MedusaTree
 
+        eagle_tree = (
+            args.tree_top_k,
+            args.tree_depth,
+            args.tree_tokens,
+            args.tree_sampled_children,
+        )
+        if TreeSettings(*eagle_tree) != TreeSettings():
+            raise ConfigError("--tree-top-k/-depth/-tokens/-sampled-children are EAGLE-2 settings")
         proposer = MedusaProposer.from_pretrained(args.medusa, target, tokenizer)
         if args.tree:
             tree = MedusaTree.default(proposer.heads.num_heads)

@@ -100,3 +100,15 @@ def test_load_serves_chains_and_the_default_tree(heads_folder, target_and_tokeni
     assert generator.speculation == 3  # the default tree, cut to the 3 heads
     out = generator.generate(PROMPTS[0], SamplingParams(max_new_tokens=32))
     assert out.token_ids == reference[0]
+
+
+def test_the_cli_generates_with_medusa_and_refuses_eagle_tree_options(
+    heads_folder, testbed_tiny, capsys
+):
+    from draftzoo.cli import main
+
+    base = ["generate", "--target", str(testbed_tiny[0]), "--medusa", str(heads_folder)]
+    assert main([*base, "--tree", "--prompt", "def f(x):", "--max-new-tokens", "8"]) == 0
+    assert "num_target_forwards" in capsys.readouterr().out
+    assert main([*base, "--tree", "--tree-top-k", "3", "--prompt", "x"]) == 2
+    assert "EAGLE-2 settings" in capsys.readouterr().err
