@@ -33,10 +33,16 @@ def committed_target_dir() -> Path:
 
 
 def target_location(name_or_path: str | Path) -> str:
-    """A folder or hub name; `testbed-small` is the target shipped with draftzoo."""
-    if str(name_or_path) == COMMITTED_TARGET:
+    """A folder or hub name; `testbed-small` is the target shipped with draftzoo. A path
+    written as one (absolute, or starting with `.` or `~`) must exist."""
+    name = str(name_or_path)
+    if name == COMMITTED_TARGET:
         return str(committed_target_dir())
-    return str(name_or_path)
+    if name.startswith(("/", ".", "~")) and not Path(name).expanduser().exists():
+        from .target import TargetError
+
+        raise TargetError(f"target not found: {name}")
+    return str(Path(name).expanduser()) if name.startswith("~") else name
 
 
 def cache_root() -> Path:

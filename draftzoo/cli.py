@@ -25,9 +25,11 @@ from pathlib import Path
 from draftzoo.architectures.config_io import ConfigError
 from draftzoo.architectures.defaults import (
     ANSWER_MAX_NEW_TOKENS,
+    COMMITTED_TARGET,
     MAX_NEW_TOKENS,
     NUM_SPECULATIVE_TOKENS,
     TEMPERATURE,
+    target_location,
 )
 
 logger = logging.getLogger("draftzoo")
@@ -107,7 +109,6 @@ def _generate(args: argparse.Namespace) -> int:
     from draftzoo.inference.generate import SpeculativeGenerator
     from draftzoo.inference.proposers import DraftModelProposer, PromptLookupProposer
     from draftzoo.inference.sampling import SamplingParams
-    from draftzoo.train.testbed import committed_testbed_dir
 
     if args.tree and not (args.eagle or args.medusa):
         raise ConfigError("--tree needs --eagle DRAFTER or --medusa DRAFTER")
@@ -119,7 +120,7 @@ def _generate(args: argparse.Namespace) -> int:
         stop_strings=tuple(args.stop),
         seed=args.seed,
     )
-    target_path = args.target or committed_testbed_dir()
+    target_path = target_location(args.target or COMMITTED_TARGET)
     tokenizer = AutoTokenizer.from_pretrained(target_path)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     target = AutoModelForCausalLM.from_pretrained(target_path, dtype=torch.float32).to(device)
@@ -134,33 +135,8 @@ def _generate(args: argparse.Namespace) -> int:
             tokenizer,
             static_cache=args.static_cache,
         )
-    elif args.eagle:
-        from draftzoo.inference.eagle import EagleProposer, TreeSettings
-
-        tree = (
-            TreeSettings(
-                args.tree_top_k, args.tree_depth, args.tree_tokens, args.tree_sampled_children
-            )
-            if args.tree
-            else None
-        )
-        proposer = EagleProposer.from_pretrained(args.eagle, target, tokenizer, tree)
-    elif args.medusa:
-        from draftzoo.inference.eagle import TreeSettings
-        from draftzoo.inference.medusa import MedusaProposer, MedusaTree
-
-        eagle_tree = (
-            args.tree_top_k,
-            args.tree_depth,
-            args.tree_tokens,
-            args.tree_sampled_children,
-        )
-        if TreeSettings(*eagle_tree) != TreeSettings():
-            raise ConfigError("--tree-top-k/-depth/-tokens/-sampled-children are EAGLE-2 settings")
-        proposer = MedusaProposer.from_pretrained(args.medusa, target, tokenizer)
-        if args.tree:
-            tree = MedusaTree.default(proposer.heads.num_heads)
-            proposer = MedusaProposer(proposer.heads, proposer.target_layers[0], tree)
+    elif args.eagle or args.medusa:
+        proposer = _tree_proposer(args, target, tokenizer)
     generator = SpeculativeGenerator(
         target, tokenizer, proposer, args.num_speculative_tokens, static_cache=args.static_cache
     )
@@ -170,6 +146,25 @@ def _generate(args: argparse.Namespace) -> int:
     for key, value in out.metrics.summary().items():
         print(f"{key}: {value}")
     return 0
+
+
+def _tree_proposer(args: argparse.Namespace, target, tokenizer):
+    """An EAGLE or Medusa proposer from --eagle / --medusa, drafting trees with --tree."""
+    from draftzoo.inference.eagle import EagleProposer, TreeSettings
+    from draftzoo.inference.medusa import MedusaProposer, resolve_medusa_tree
+
+    tree = None
+    if args.tree:
+        tree = TreeSettings(
+            args.tree_top_k, args.tree_depth, args.tree_tokens, args.tree_sampled_children
+        )
+    if args.eagle:
+        return EagleProposer.from_pretrained(args.eagle, target, tokenizer, tree)
+    chain = MedusaProposer.from_pretrained(args.medusa, target, tokenizer)
+    if tree is None:
+        return chain
+    medusa_tree = resolve_medusa_tree(tree, chain.heads.num_heads)
+    return MedusaProposer(chain.heads, chain.target_layers[0], medusa_tree)
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -360,7 +355,6 @@ def _zoo_list(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from draftzoo.architectures.defaults import target_location
     from draftzoo.architectures.drafter_io import read_drafter_record
     from draftzoo.architectures.export import export_drafter
     from draftzoo.inference.load import recorded_target, resolve_drafter

@@ -21,16 +21,17 @@ from torch import nn
 
 from ..architectures.defaults import NUM_SPECULATIVE_TOKENS, target_location
 from ..architectures.drafter_io import DrafterError, check_drafter_target, read_drafter_record
+from ..architectures.eagle import KINDS as EAGLE_KINDS
+from ..architectures.medusa import FAMILIES as MEDUSA_FAMILIES
 from ..architectures.target import FingerprintMismatchError, TargetAdapter
 from ..architectures.zoo_index import find_in_zoos
 from .eagle import EagleProposer, TreeSettings
 from .errors import GenerationError
 from .generate import SpeculativeGenerator
-from .medusa import MedusaProposer, MedusaTree
+from .medusa import MedusaProposer, MedusaTree, resolve_medusa_tree
 from .proposers import DraftModelProposer, Proposer, ProposerError, vocabularies_match
 
-MEDUSA_FAMILIES = ("medusa1",)
-TREE_FAMILIES = ("eagle1", "eagle3", *MEDUSA_FAMILIES)
+TREE_FAMILIES = (*EAGLE_KINDS, *MEDUSA_FAMILIES)
 #: `load(num_speculative_tokens=AS_PUBLISHED)`: the length the drafter's zoo entry serves with
 AS_PUBLISHED = "published"
 
@@ -159,7 +160,7 @@ def _eagle(folder, target, tokenizer, tree, static_cache):
 def _medusa(folder, target, tokenizer, tree, static_cache):
     """(module, proposer factory, tree) of Medusa heads; trees are static `MedusaTree`s."""
     chain = MedusaProposer.from_pretrained(folder, target, tokenizer)
-    tree = _medusa_tree(tree, chain.heads.num_heads) if tree is not None else None
+    tree = resolve_medusa_tree(tree, chain.heads.num_heads) if tree is not None else None
 
     def make() -> Proposer:
         return MedusaProposer(chain.heads, chain.target_layers[0], tree)
@@ -174,7 +175,7 @@ def load(
     *,
     proposal: str | None = None,
     num_speculative_tokens: int | Literal["published"] | None = AS_PUBLISHED,
-    tree: TreeSettings | None = None,
+    tree: TreeSettings | MedusaTree | None = None,
     dtype: torch.dtype = torch.float32,
     device=None,
     zoos: list[Path] | None = None,
@@ -235,20 +236,6 @@ def _speculative_tokens(asked: int | str | None, serving: dict[str, Any]) -> int
             f"got {asked!r}"
         )
     return asked
-
-
-def _medusa_tree(tree, num_heads: int) -> MedusaTree:
-    """The Medusa tree to draft: the one given, or the default tree cut to the heads' depth
-    when none was named (EAGLE's tree settings at their defaults); EAGLE settings that were
-    changed are refused rather than ignored."""
-    if isinstance(tree, MedusaTree):
-        return tree
-    if tree != TreeSettings():
-        raise ProposerError(
-            "EAGLE tree settings (top_k, depth, total_tokens) do not apply to Medusa heads; "
-            "pass a MedusaTree(choices=...)"
-        )
-    return MedusaTree.default(num_heads)
 
 
 def _published_tree(family: str, settings: dict[str, Any]) -> TreeSettings | MedusaTree:

@@ -22,6 +22,7 @@ import torch
 
 from ..architectures.medusa import MedusaHeads, load_medusa
 from ..architectures.target import TargetAdapter
+from .eagle import TreeSettings
 from .proposers import Proposer, ProposerError
 from .sampling import SamplingParams, probabilities, sample
 from .tree import Proposal
@@ -92,6 +93,20 @@ class MedusaTree:
             tokens.append(table[len(path) - 1][path[-1]])
             parents.append(index[path[:-1]] if len(path) > 1 else -1)
         return Proposal(tokens, parents)
+
+
+def resolve_medusa_tree(tree: MedusaTree | TreeSettings, num_heads: int) -> MedusaTree:
+    """The Medusa tree to draft: a `MedusaTree` as given, or, for tree settings left at
+    EAGLE's defaults (no Medusa tree named), the default tree cut to the heads' depth. EAGLE
+    settings that were changed are refused rather than ignored."""
+    if isinstance(tree, MedusaTree):
+        return tree
+    if tree != TreeSettings():
+        raise ProposerError(
+            "EAGLE tree settings (top_k, depth, total_tokens, sampled_children) do not apply "
+            "to Medusa heads; pass a MedusaTree(choices=...)"
+        )
+    return MedusaTree.default(num_heads)
 
 
 class MedusaProposer(Proposer):

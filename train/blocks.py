@@ -2,10 +2,10 @@
 
 A family's recipe (`draft_lm.py`, `eagle.py`, ...) calls these in order:
 
-    run = start_run(recipe)                      # folders, accelerator, target, data, features
-    model, optimizer, scheduler = prepare_model(run, model)
-    outcome = train_steps(run, model, optimizer, scheduler, loss)   # resumes by itself
-    export_drafter(run, model, family, weights, training)          # atomic, with its record
+    run = start_run(recipe)                 # folders, accelerator, target, data, features
+    model, optimizer, scheduler = prepare_model(run.accelerator, model, recipe.train)
+    outcome = train_steps(run, model, optimizer, scheduler, loss)  # resumes by itself
+    export_drafter(run, model, family, weights, training, outcome)  # atomic, with its record
 
 `loss` is the family's own piece (`FamilyLoss`): how many positions a batch supervises, and
 the summed loss and statistics of one micro-batch. Everything else is the same for all: the

@@ -108,8 +108,12 @@ def run(recipe: EagleRecipe) -> TrainResult:
     loss = EagleLoss(recipe.eagle, module, run.target, run.features)
     outcome = train_steps(run, drafter, optimizer, scheduler, loss)
     accuracies = loss.accuracies(outcome.metrics)
-    training = {"ttt_accuracy": accuracies, **loss.derived(outcome.metrics)}
-    training["simulated_acceptance_length"] = training.pop("train/simulated_acceptance_length")
+    training = {
+        "ttt_accuracy": accuracies,
+        "simulated_acceptance_length": loss.derived(outcome.metrics)[
+            "train/simulated_acceptance_length"
+        ],
+    }
 
     def weights(model, state_dict: dict) -> dict:
         kept = set(model.drafter_state_dict())

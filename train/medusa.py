@@ -82,10 +82,7 @@ def run(recipe: MedusaRecipe) -> TrainResult:
     accuracies = loss.accuracies(outcome.metrics)
     training = {
         "head_top1_accuracy": accuracies,
-        "head_top5_accuracy": [
-            outcome.metrics.get(f"train/head{k}_top5", float("nan"))
-            for k in range(1, recipe.medusa.num_heads + 1)
-        ],
+        "head_top5_accuracy": loss.accuracies(outcome.metrics, top=5),
         "simulated_acceptance_length": loss.derived(outcome.metrics)[
             "train/simulated_acceptance_length"
         ],

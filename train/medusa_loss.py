@@ -92,10 +92,11 @@ class MedusaLoss:
     def __call__(self, heads, batch, final, logs: bool = True):
         return medusa_loss_sums(self.config, heads, self.target, final, batch)
 
-    def accuracies(self, metrics: dict[str, float]) -> list[float]:
-        """Each head's top-1 accuracy against the target's argmax (NaN before a log)."""
+    def accuracies(self, metrics: dict[str, float], top: int = 1) -> list[float]:
+        """Each head's top-1 (or top-5) accuracy against the target's argmax (NaN before a
+        log)."""
         heads = range(1, self.num_heads + 1)
-        return [metrics.get(f"train/head{k}_top1", float("nan")) for k in heads]
+        return [metrics.get(f"train/head{k}_top{top}", float("nan")) for k in heads]
 
     def derived(self, metrics: dict[str, float]) -> dict[str, float]:
         accuracies = self.accuracies(metrics)

@@ -16,6 +16,7 @@ import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -98,7 +99,7 @@ def evaluate_heldout(model, windows: np.ndarray, batch_size: int = 16) -> float:
 class WindowLoss:
     """Next-token cross-entropy summed over every position of a window batch."""
 
-    shown: dict[str, str] = {}  # noqa: RUF012 (read-only)
+    shown: ClassVar[dict[str, str]] = {}
 
     def supervised(self, batch: torch.Tensor) -> torch.Tensor:
         return torch.tensor(batch[:, 1:].numel())
