@@ -101,7 +101,7 @@ def test_file_arguments_that_do_not_exist(tmp_path, capsys):
         ["export", missing, "--format", "vllm", "--output-dir", out],
     ]
     for argv in cases:
-        _assert_one_error_line(argv, capsys)
+        _assert_one_error_line(argv, capsys, missing)  # each names the path it lacks
     assert not Path(out).exists()
 
 

@@ -17,8 +17,7 @@ from draftzoo.inference.medusa import MedusaProposer, MedusaTree
 from draftzoo.inference.proposers import ProposerError
 from draftzoo.inference.sampling import SamplingParams
 from tests.inference.test_batch import PROMPTS
-from tests.train.helpers import write_chat_jsonl
-from tests.train.test_medusa import tiny_medusa_recipe
+from tests.train.helpers import tiny_medusa_recipe, write_chat_jsonl
 
 TREE = MedusaTree(((0,), (1,), (0, 0), (0, 1), (1, 0), (0, 0, 0), (0, 0, 1)))
 
@@ -111,4 +110,4 @@ def test_the_cli_generates_with_medusa_and_refuses_eagle_tree_options(
     assert main([*base, "--tree", "--prompt", "def f(x):", "--max-new-tokens", "8"]) == 0
     assert "num_target_forwards" in capsys.readouterr().out
     assert main([*base, "--tree", "--tree-top-k", "3", "--prompt", "x"]) == 2
-    assert "EAGLE-2 settings" in capsys.readouterr().err
+    assert "do not apply to Medusa" in capsys.readouterr().err

@@ -124,3 +124,21 @@ def tiny_eagle_recipe(tmp_path: Path, target_dir: Path, data_file: Path, **secti
     }
     _override(data, sections)
     return from_dict(EagleRecipe, data)
+
+
+def tiny_medusa_recipe(tmp_path: Path, target_dir: Path, data_file: Path, **sections):
+    """A Medusa-1 recipe (3 heads, packed rows) for testbed-tiny."""
+    from draftzoo.train.medusa import MedusaRecipe
+
+    data = {
+        "family": "medusa1",
+        "name": "test",
+        "output_dir": str(tmp_path / "drafter"),
+        "cache_dir": str(tmp_path / "cache"),
+        "target": {"path": str(target_dir)},
+        "data": {"source": str(data_file), "max_length": 128, "packing": True},
+        "medusa": {"num_heads": 3},
+        "train": dict(TINY_TRAIN),
+    }
+    _override(data, sections)
+    return from_dict(MedusaRecipe, data)

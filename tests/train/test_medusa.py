@@ -10,37 +10,25 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from draftzoo.architectures.config_io import from_dict
 from draftzoo.architectures.drafter_io import read_drafter_record
 from draftzoo.architectures.medusa import MedusaConfig, build_medusa
 from draftzoo.data.batching import collate
 from draftzoo.data.capture import target_logits
 from draftzoo.data.token_dataset import build_token_dataset
-from draftzoo.train.medusa import MedusaRecipe, run
+from draftzoo.train.medusa import run
 from draftzoo.train.medusa_loss import MedusaLossConfig, medusa_loss_sums
 from draftzoo.train.setup import load_target
-from tests.train.helpers import TINY_TRAIN, launch_two_processes, recipe_yaml, write_chat_jsonl
+from tests.train.helpers import (
+    launch_two_processes,
+    recipe_yaml,
+    tiny_medusa_recipe,
+    write_chat_jsonl,
+)
 
 
 @pytest.fixture(scope="module")
 def chat(tmp_path_factory):
     return write_chat_jsonl(tmp_path_factory.mktemp("medusa") / "chat.jsonl", 24)
-
-
-def tiny_medusa_recipe(tmp_path: Path, target_dir: Path, data_file: Path, **sections):
-    data = {
-        "family": "medusa1",
-        "name": "test",
-        "output_dir": str(tmp_path / "drafter"),
-        "cache_dir": str(tmp_path / "cache"),
-        "target": {"path": str(target_dir)},
-        "data": {"source": str(data_file), "max_length": 128, "packing": True},
-        "medusa": {"num_heads": 3},
-        "train": dict(TINY_TRAIN),
-    }
-    for key, value in sections.items():
-        data[key] = {**data.get(key, {}), **value}
-    return from_dict(MedusaRecipe, data)
 
 
 def test_loss_is_the_decayed_sum_of_each_heads_cross_entropy(testbed_tiny, chat, tmp_path):
