@@ -22,6 +22,8 @@ RECORD_FILE = "draftzoo.json"
 RECORD_VERSION = 1
 #: the files that define a drafter; its checkpoint hash covers exactly these
 DEFINING_FILES = ("config.json", "model.safetensors", RECORD_FILE)
+#: families that also ship the target's LoRA adapter (`lora_adapter.ADAPTER_DIR`)
+ADAPTER_FAMILIES = ("medusa2",)
 
 
 class DrafterError(DraftzooError, ValueError):
@@ -92,11 +94,21 @@ def check_drafter_target(path: Path, target: TargetFingerprint) -> dict[str, Any
     return record
 
 
+def defining_files(path: Path) -> tuple[str, ...]:
+    """The files (relative paths) that define the drafter in `path`: `DEFINING_FILES`, and
+    the adapter's files for a family that ships one."""
+    from .lora_adapter import ADAPTER_DIR, ADAPTER_FILES
+
+    if read_drafter_record(path)["family"] in ADAPTER_FAMILIES:
+        return (*DEFINING_FILES, *(f"{ADAPTER_DIR}/{name}" for name in ADAPTER_FILES))
+    return DEFINING_FILES
+
+
 def checkpoint_hash(path: Path) -> str:
     """sha256 over the drafter's defining files (name + content), hex."""
     path = Path(path)
     digest = hashlib.sha256()
-    for name in DEFINING_FILES:
+    for name in defining_files(path):
         file = path / name
         if not file.is_file():
             raise DrafterError(f"{path} is not a complete drafter: {name} is missing")

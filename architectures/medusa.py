@@ -23,7 +23,8 @@ from .drafter_io import DrafterError
 from .target import TargetError
 
 WEIGHTS_FILE = "model.safetensors"
-FAMILIES = ("medusa1",)
+#: Medusa-1: heads on the frozen target; Medusa-2: heads trained with a LoRA on the target
+FAMILIES = ("medusa1", "medusa2")
 
 
 @dataclass(frozen=True)
@@ -102,10 +103,10 @@ class MedusaHeads(nn.Module):
         save_file(tensors, str(path / WEIGHTS_FILE), metadata={"format": "pt"})
 
 
-def medusa_fields(config: MedusaConfig, target) -> dict:
+def medusa_fields(config: MedusaConfig, target, family: str = "medusa1") -> dict:
     """config.json fields of heads for `target` (a `TargetAdapter`)."""
     return {
-        "draftzoo_family": "medusa1",
+        "draftzoo_family": family,
         "hidden_size": target.hidden_size,
         "vocab_size": target.lm_head.weight.shape[0],
         "medusa_num_heads": config.num_heads,
@@ -113,7 +114,7 @@ def medusa_fields(config: MedusaConfig, target) -> dict:
     }
 
 
-def build_medusa(config: MedusaConfig, target) -> MedusaHeads:
+def build_medusa(config: MedusaConfig, target, family: str = "medusa1") -> MedusaHeads:
     """Fresh heads for `target`: blocks at the identity, each head's projection a copy of the
     target's lm_head (so an untrained head predicts what the target predicts next)."""
     weight = target.lm_head.weight
@@ -122,7 +123,7 @@ def build_medusa(config: MedusaConfig, target) -> MedusaHeads:
             f"the target's lm_head reads {weight.shape[1]} features, not its hidden size "
             f"{target.hidden_size}; Medusa heads need a plain vocabulary projection"
         )
-    heads = MedusaHeads(medusa_fields(config, target))
+    heads = MedusaHeads(medusa_fields(config, target, family))
     with torch.no_grad():
         for head in heads.lm_heads:
             head.weight.copy_(weight.to(head.weight))

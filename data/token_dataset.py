@@ -37,6 +37,7 @@ class DataConfig:
     packing: bool = False  # pack several samples into each row (attention stays per sample)
     strict: bool = False  # stop on the first malformed row instead of counting it
     max_samples: int | None = None  # use only the first N rows (None: all)
+    heldout_rows: int = 0  # the last N rows are never trained on (held-out loss, calibration)
 
     def __post_init__(self) -> None:
         if not self.source:
@@ -45,6 +46,8 @@ class DataConfig:
             raise ValueError(f"truncation must be one of {TRUNCATION_MODES}")
         if self.max_length < 2:
             raise ValueError("max_length must be >= 2")
+        if self.heldout_rows < 0:
+            raise ValueError("heldout_rows must be >= 0")
 
 
 def source_hash(source: str, split: str) -> str:
@@ -165,3 +168,16 @@ def build_token_dataset(config: DataConfig, tokenizer, cache_dir: Path):
     tmp.rename(target)
     logger.info("tokenized %s: %s", config.source, report.summary())
     return datasets.load_from_disk(str(target)), report, key
+
+
+def split_heldout(dataset, heldout_rows: int):
+    """(training rows, held-out rows or None): the last `heldout_rows` rows are held out."""
+    if not heldout_rows:
+        return dataset, None
+    if heldout_rows >= len(dataset):
+        raise DataError(
+            f"data.heldout_rows {heldout_rows} leaves no training rows: the data has "
+            f"{len(dataset)} rows"
+        )
+    cut = len(dataset) - heldout_rows
+    return dataset.select(range(cut)), dataset.select(range(cut, len(dataset)))

@@ -149,9 +149,10 @@ def _generate(args: argparse.Namespace) -> int:
 
 
 def _tree_proposer(args: argparse.Namespace, target, tokenizer):
-    """An EAGLE or Medusa proposer from --eagle / --medusa, drafting trees with --tree."""
+    """An EAGLE or Medusa proposer from --eagle / --medusa, drafting trees with --tree (a
+    Medusa-2 drafter merges its adapter into `target`)."""
     from draftzoo.inference.eagle import EagleProposer, TreeSettings
-    from draftzoo.inference.medusa import MedusaProposer, resolve_medusa_tree
+    from draftzoo.inference.load import load_drafter
 
     tree = None
     if args.tree:
@@ -160,11 +161,10 @@ def _tree_proposer(args: argparse.Namespace, target, tokenizer):
         )
     if args.eagle:
         return EagleProposer.from_pretrained(args.eagle, target, tokenizer, tree)
-    chain = MedusaProposer.from_pretrained(args.medusa, target, tokenizer)
-    if tree is None:
-        return chain
-    medusa_tree = resolve_medusa_tree(tree, chain.heads.num_heads)
-    return MedusaProposer(chain.heads, chain.target_layers[0], medusa_tree)
+    proposal = "tree" if tree is not None else "chain"
+    chain_length = args.num_speculative_tokens if proposal == "chain" else None
+    runtime = load_drafter(Path(args.medusa), target, tokenizer, proposal, chain_length, tree)
+    return runtime.make_proposer()
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -314,16 +314,33 @@ def _eval(args: argparse.Namespace) -> int:
         )
     target_name = args.target or recorded_target(record)
     target, tokenizer = load_target(target_name)
+    adapts_target = record["family"] == "medusa2"
+    if adapts_target:  # the original target's greedy answers, before the adapter is merged
+        original = _greedy_answers(target, tokenizer, config)
     drafter = load_drafter(
         folder, target, tokenizer, config.proposal, config.num_speculative_tokens, config.tree
     )
     report = evaluate(target, tokenizer, drafter, config, target_name)
+    if adapts_target:
+        from draftzoo.eval.target_drift import drift_section, greedy_agreement
+
+        agreement = greedy_agreement(original, _greedy_answers(target, tokenizer, config))
+        report["target_drift"] = drift_section(record, agreement)
     output_dir = Path(args.output_dir or f"runs/eval-{folder.name}")
     path = write_report(report, output_dir)
     plot_report(report, output_dir)
     print(summary_text(report))
     print(f"report: {path}")
     return 0
+
+
+def _greedy_answers(target, tokenizer, config) -> list[list[int]]:
+    """Target-only greedy continuations of the evaluation's prompts (warm-up excluded)."""
+    from draftzoo.eval.runner import load_prompts
+    from draftzoo.eval.target_drift import greedy_tokens
+
+    texts = [p.render(tokenizer, config.chat) for p in load_prompts(config)[1:]]
+    return greedy_tokens(target, tokenizer, texts, config.max_new_tokens)
 
 
 def _publish(args: argparse.Namespace) -> int:
@@ -477,8 +494,9 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument(
         "--tree",
         action="store_true",
-        help="EAGLE: draft EAGLE-2 dynamic trees; Medusa: its default static tree (16 nodes, "
-        "cut to the heads' depth); instead of chains (--num-speculative-tokens then caps the "
+        help="EAGLE: draft EAGLE-2 dynamic trees; Medusa: the tree its training calibrated on "
+        "held-out rows, else the default static tree (16 nodes, cut to the heads' depth); "
+        "instead of chains (--num-speculative-tokens then caps the "
         "tree depth)",
     )
     _add_tree_options(gen)
@@ -605,7 +623,7 @@ def _add_zoo_commands(commands) -> None:
     ev.add_argument(
         "--tree",
         action="store_true",
-        help="EAGLE: EAGLE-2 dynamic trees; Medusa: its default static tree",
+        help="EAGLE: EAGLE-2 dynamic trees; Medusa: its calibrated (else default) static tree",
     )
     _add_tree_options(ev)
     ev.add_argument(

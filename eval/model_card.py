@@ -19,6 +19,7 @@ FAMILY_NAMES = {
     "eagle1": "EAGLE-1",
     "eagle3": "EAGLE-3",
     "medusa1": "Medusa-1",
+    "medusa2": "Medusa-2",
 }
 
 
@@ -122,6 +123,8 @@ CARD_TRAINING_FIELDS = (
     "simulated_acceptance_length",
     "head_top1_accuracy",
     "head_top5_accuracy",
+    "heldout_top1_accuracy",
+    "heldout_top5_accuracy",
 )
 
 
@@ -139,12 +142,11 @@ def render_card(
         f"# {name}",
         "",
         f"{_article(FAMILY_NAMES.get(family, family))} drafter for "
-        f"**{report['target']['name']}**, "
-        "trained and measured by draftzoo. Speculative decoding with it is lossless: greedy "
-        "output equals the target's, sampled output is distributed as the target's.",
+        f"**{report['target']['name']}**, trained and measured by draftzoo. " + _guarantee(report),
         "",
         *_use_section(name, report),
         *_measured_section(report, plots),
+        *_drift_section(report),
         *_training_section(record),
         "## Reproduce",
         "",
@@ -157,6 +159,46 @@ def render_card(
         "",
     ]
     return "\n".join(lines)
+
+
+def _guarantee(report: dict[str, Any]) -> str:
+    """What speculative decoding with the drafter preserves."""
+    if report.get("target_drift"):
+        return (
+            "It serves with its LoRA adapter merged into the target (Medusa-2 trains both), "
+            "so it is lossless with respect to the *adapted* target: greedy output equals the "
+            "adapted target's, sampled output is distributed as the adapted target's. How far "
+            "the adapter moved the target is measured below."
+        )
+    return (
+        "Speculative decoding with it is lossless: greedy output equals the target's, sampled "
+        "output is distributed as the target's."
+    )
+
+
+def _drift_section(report: dict[str, Any]) -> list[str]:
+    """Medusa-2: how far the adapted target is from the original."""
+    drift = report.get("target_drift")
+    if not drift:
+        return []
+    agreement = drift["greedy_agreement"]
+    lines = ["", "## Target drift (the adapter's effect on the target)", ""]
+    if "heldout_loss_original" in drift:
+        lines += [
+            f"- held-out next-token loss: original {drift['heldout_loss_original']:.4f}, "
+            f"adapted {drift['heldout_loss_adapted']:.4f} (nats per token)",
+            f"- KL(original || adapted) on held-out text: {drift['kl_original_adapted']:.5f} "
+            "nats per token",
+        ]
+    lines += [
+        f"- greedy agreement on the evaluation prompts: {agreement['identical']}/"
+        f"{agreement['prompts']} continuations identical; on average "
+        f"{agreement['mean_agreeing_prefix_share']:.1%} of a continuation before the two first "
+        "differ",
+        f"- greedy identity above is checked against {drift['identity_checked_against']}",
+        "",
+    ]
+    return lines
 
 
 def _use_section(name: str, report: dict[str, Any]) -> list[str]:

@@ -20,9 +20,9 @@ from typing import Any
 import yaml
 
 from ..architectures.drafter_io import (
-    DEFINING_FILES,
     DrafterError,
     checkpoint_hash,
+    defining_files,
     read_drafter_record,
     replace_dir,
 )
@@ -132,8 +132,9 @@ def publish(
 
 def _build_folder(source, tmp, name, record, report, report_path) -> None:
     tmp.mkdir(parents=True)
-    for file in (*DEFINING_FILES, *TOKENIZER_FILES):
+    for file in (*defining_files(source), *TOKENIZER_FILES):
         if (source / file).is_file():
+            (tmp / file).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source / file, tmp / file)
     shutil.copy2(report_path, tmp / REPORT_FILE)
     summary = Path(report_path).with_name(SUMMARY_FILE)

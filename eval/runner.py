@@ -524,6 +524,16 @@ def summary_text(report: dict[str, Any]) -> str:
         lines.append(f"T={temperature:g}: acceptance per position: {accept}")
     for temperature, text in teacher_forced_breakdown(report):
         lines.append(f"T={temperature:g}: teacher-forced {text}")
+    drift = report.get("target_drift")
+    if drift:
+        agreement = drift["greedy_agreement"]
+        lines.append(
+            f"target drift: held-out loss {drift.get('heldout_loss_original', float('nan')):.4f}"
+            f" -> {drift.get('heldout_loss_adapted', float('nan')):.4f}, KL(original || "
+            f"adapted) {drift.get('kl_original_adapted', float('nan')):.5f}; greedy agreement "
+            f"{agreement['identical']}/{agreement['prompts']} identical; identity checked "
+            f"against {drift['identity_checked_against']}"
+        )
     m = report["memory"]
     lines.append(
         f"memory: target {m['target_bytes'] / 2**20:.1f} MiB + drafter "

@@ -22,13 +22,14 @@ from torch import nn
 from ..architectures.defaults import NUM_SPECULATIVE_TOKENS, target_location
 from ..architectures.drafter_io import DrafterError, check_drafter_target, read_drafter_record
 from ..architectures.eagle import KINDS as EAGLE_KINDS
+from ..architectures.lora_adapter import adapter_dir, merge_adapter
 from ..architectures.medusa import FAMILIES as MEDUSA_FAMILIES
 from ..architectures.target import FingerprintMismatchError, TargetAdapter
 from ..architectures.zoo_index import find_in_zoos
 from .eagle import EagleProposer, TreeSettings
 from .errors import GenerationError
 from .generate import SpeculativeGenerator
-from .medusa import MedusaProposer, MedusaTree, resolve_medusa_tree
+from .medusa import MedusaProposer, MedusaTree, calibrated_tree, resolve_medusa_tree
 from .proposers import DraftModelProposer, Proposer, ProposerError, vocabularies_match
 
 TREE_FAMILIES = (*EAGLE_KINDS, *MEDUSA_FAMILIES)
@@ -97,8 +98,9 @@ def load_drafter(
     """A drafter folder loaded for `target` (a transformers causal LM), fingerprint-checked.
 
     `proposal`: "chain", or "tree" (EAGLE: EAGLE-2 dynamic trees, `TreeSettings`; Medusa:
-    a static `MedusaTree`, its default when none is given); a tree's depth then sets the
-    speculation length unless that is None (adaptive). `static_cache`: a draft LM's proposers
+    a static `MedusaTree`, its calibrated or default one when none is given); a tree's depth
+    then sets the speculation length unless that is None (adaptive). A Medusa-2 drafter merges
+    its LoRA adapter into `target` (in place). `static_cache`: a draft LM's proposers
     keep preallocated caches (CUDA graphs on CUDA)."""
     folder = Path(folder)
     record = read_drafter_record(folder)
@@ -109,7 +111,13 @@ def load_drafter(
         raise ProposerError(
             f"a {family} drafter drafts chains only; trees need an EAGLE or Medusa drafter"
         )
-    builders = {"draft_lm": _draft_lm, "eagle1": _eagle, "eagle3": _eagle, "medusa1": _medusa}
+    builders = {
+        "draft_lm": _draft_lm,
+        "eagle1": _eagle,
+        "eagle3": _eagle,
+        "medusa1": _medusa,
+        "medusa2": _medusa,
+    }
     if family not in builders:
         raise DrafterError(f"{folder}: unknown drafter family {family!r}")
     if proposal == "chain":
@@ -124,6 +132,12 @@ def load_drafter(
             f"drafter {folder} was trained for target {recorded_target(record)!r}, "
             f"not for {given!r}: {err}"
         ) from err
+    heads = getattr(module, "num_heads", None) if family in MEDUSA_FAMILIES else None
+    if proposal == "chain" and heads and (num_speculative_tokens or 0) > heads:
+        raise ProposerError(
+            f"drafter {folder} has {heads} Medusa heads, so its chains are at most {heads} "
+            f"tokens long; asked for {num_speculative_tokens}"
+        )
     if proposal == "tree" and num_speculative_tokens is not None:
         num_speculative_tokens = tree.depth
     return DrafterRuntime(folder, record, module, make, num_speculative_tokens, proposal, tree)
@@ -158,9 +172,15 @@ def _eagle(folder, target, tokenizer, tree, static_cache):
 
 
 def _medusa(folder, target, tokenizer, tree, static_cache):
-    """(module, proposer factory, tree) of Medusa heads; trees are static `MedusaTree`s."""
+    """(module, proposer factory, tree) of Medusa heads; trees are static `MedusaTree`s (the
+    drafter's calibrated one unless another is named). A Medusa-2 drafter's adapter is merged
+    into `target` in place: its heads are verified by the adapted target."""
     chain = MedusaProposer.from_pretrained(folder, target, tokenizer)
-    tree = resolve_medusa_tree(tree, chain.heads.num_heads) if tree is not None else None
+    record = read_drafter_record(folder)
+    if record["family"] == "medusa2":
+        merge_adapter(target, adapter_dir(folder))
+    if tree is not None:
+        tree = resolve_medusa_tree(tree, chain.heads.num_heads, calibrated_tree(record))
 
     def make() -> Proposer:
         return MedusaProposer(chain.heads, chain.target_layers[0], tree)

@@ -15,12 +15,14 @@ temperature.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from ..architectures.medusa import MedusaHeads, load_medusa
+from ..architectures.medusa_tree import calibrated_choices, estimated_acceptance
 from ..architectures.target import TargetAdapter
 from .eagle import TreeSettings
 from .proposers import Proposer, ProposerError
@@ -70,6 +72,16 @@ class MedusaTree:
         """`DEFAULT_CHOICES` without the paths deeper than `num_heads`."""
         return cls(tuple(p for p in DEFAULT_CHOICES if len(p) <= num_heads))
 
+    @classmethod
+    def calibrated(cls, rank_accuracy: Sequence[Sequence[float]], nodes: int) -> MedusaTree:
+        """The `nodes` paths with the highest estimated acceptance given each head's measured
+        rank accuracies (`architectures.medusa_tree`)."""
+        return cls(tuple(calibrated_choices(rank_accuracy, nodes)))
+
+    def estimated_acceptance(self, rank_accuracy: Sequence[Sequence[float]]) -> float:
+        """Expected tokens per round under per-head independence."""
+        return estimated_acceptance(self.choices, rank_accuracy)
+
     @property
     def depth(self) -> int:
         """The longest path: the heads it needs."""
@@ -95,10 +107,12 @@ class MedusaTree:
         return Proposal(tokens, parents)
 
 
-def resolve_medusa_tree(tree: MedusaTree | TreeSettings, num_heads: int) -> MedusaTree:
-    """The Medusa tree to draft: a `MedusaTree` as given, or, for tree settings left at
-    EAGLE's defaults (no Medusa tree named), the default tree cut to the heads' depth. EAGLE
-    settings that were changed are refused rather than ignored."""
+def resolve_medusa_tree(
+    tree: MedusaTree | TreeSettings, num_heads: int, calibrated: MedusaTree | None = None
+) -> MedusaTree:
+    """The Medusa tree to draft: a `MedusaTree` as given; for tree settings left at EAGLE's
+    defaults (no Medusa tree named), the drafter's `calibrated` tree, else the default tree cut
+    to the heads' depth. EAGLE settings that were changed are refused rather than ignored."""
     if isinstance(tree, MedusaTree):
         return tree
     if tree != TreeSettings():
@@ -106,7 +120,15 @@ def resolve_medusa_tree(tree: MedusaTree | TreeSettings, num_heads: int) -> Medu
             "EAGLE tree settings (top_k, depth, total_tokens, sampled_children) do not apply "
             "to Medusa heads; pass a MedusaTree(choices=...)"
         )
-    return MedusaTree.default(num_heads)
+    return calibrated if calibrated is not None else MedusaTree.default(num_heads)
+
+
+def calibrated_tree(record: dict) -> MedusaTree | None:
+    """The tree a Medusa drafter's training chose from held-out accuracies, if it did."""
+    settings = record.get("training", {}).get("calibrated_tree")
+    if not settings:
+        return None
+    return MedusaTree(tuple(tuple(path) for path in settings["choices"]))
 
 
 class MedusaProposer(Proposer):

@@ -32,6 +32,7 @@ from ..architectures.config_io import to_dict
 from ..architectures.drafter_io import save_drafter
 from ..data.batching import collate
 from ..data.capture import OfflineFeatures, OnlineFeatures
+from ..data.token_dataset import split_heldout
 from .checkpoint import CheckpointManager
 from .data_order import data_passes, step_rows
 from .distributed import check_replicas, make_accelerator, uses_deepspeed, whole_weights
@@ -68,6 +69,11 @@ class FamilyLoss(Protocol):
         """Metrics computed from the averaged ones (e.g. a simulated acceptance length)."""
         ...
 
+    def begin_step(self, step: int) -> None:
+        """Called before optimizer step `step` (0-based), resumed runs included: losses whose
+        weights follow a schedule read it here."""
+        ...
+
 
 @dataclass
 class Run:
@@ -76,7 +82,8 @@ class Run:
     recipe: Any  # the family's typed recipe (has .train, .target, .data, .capture)
     accelerator: Any
     target: Any  # the frozen `TargetAdapter`
-    dataset: Any
+    dataset: Any  # the training rows
+    heldout: Any  # the held-out rows (`data.heldout_rows`), or None
     report: Any  # the data's `RowReport`
     data_hash: str
     features: Callable  # batch -> {HF index: [b, s, h]} target states
@@ -129,6 +136,7 @@ def start_run(recipe) -> Run:
     dataset, report, data_hash = prepare_dataset(
         recipe.data, target.tokenizer, cache_dir, accelerator
     )
+    dataset, heldout = split_heldout(dataset, recipe.data.heldout_rows)
     layers = recipe.capture_layers(target.num_layers)
     if recipe.capture.mode == "online":
         features = OnlineFeatures(target, layers, recipe.capture.torch_dtype)
@@ -136,14 +144,24 @@ def start_run(recipe) -> Run:
         features = OfflineFeatures(Path(recipe.capture.dir), layers)
         features.check(target.fingerprint(), data_hash)
     return Run(
-        recipe, accelerator, target, dataset, report, data_hash, features, output_dir, work_dir
+        recipe,
+        accelerator,
+        target,
+        dataset,
+        heldout,
+        report,
+        data_hash,
+        features,
+        output_dir,
+        work_dir,
     )
 
 
-def prepare_model(accelerator, model, cfg, schedule: str | None = None):
+def prepare_model(accelerator, model, cfg, schedule: str | None = None, lr_scales=None):
     """(model, optimizer, scheduler) handed to `accelerator.prepare`; the scheduler is
-    checkpointed with the rest. `schedule` overrides `cfg.schedule` (testbed: cosine)."""
-    optimizer = adamw(model, cfg.lr, cfg.weight_decay, cfg.beta2)
+    checkpointed with the rest. `schedule` overrides `cfg.schedule` (testbed: cosine);
+    `lr_scales` {parameter-name prefix: scale} gives parts of the model their own rate."""
+    optimizer = adamw(model, cfg.lr, cfg.weight_decay, cfg.beta2, lr_scales)
     kind = schedule or cfg.schedule
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lr_lambda(kind, cfg.warmup_steps, cfg.max_steps, cfg.min_lr_ratio)
@@ -266,6 +284,7 @@ def train_steps(run: Run, model, optimizer, scheduler, loss: FamilyLoss) -> Outc
         done = step + 1
         logs = done % cfg.log_every == 0 or done == cfg.max_steps
         plan, batches = step_batches(run, step)
+        loss.begin_step(step)
         count, totals = optimizer_step(
             accelerator, model, optimizer, scheduler, batches, loss, cfg, logs
         )

@@ -67,3 +67,6 @@ class DraftLMLoss:
 
     def derived(self, metrics: dict[str, float]) -> dict[str, float]:
         return {}
+
+    def begin_step(self, step: int) -> None:
+        """Nothing in this loss follows the step."""

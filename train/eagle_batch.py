@@ -86,6 +86,9 @@ class EagleLoss:
         accuracies = self.accuracies(metrics)
         return {"train/simulated_acceptance_length": simulated_acceptance_length(accuracies)}
 
+    def begin_step(self, step: int) -> None:
+        """Nothing in this loss follows the step."""
+
 
 def draft_vocab(config, dataset, vocab_size: int):
     """(d2t, t2d, coverage) of the EAGLE-3 draft vocabulary (identity when not pruned)."""

@@ -21,6 +21,7 @@ from ..data.capture import CaptureConfig
 from ..data.token_dataset import DataConfig
 from .blocks import export_drafter, prepare_model, start_run, train_steps
 from .distributed import whole_weights
+from .medusa_heldout import CalibrationConfig, calibration_record, heldout_batches
 from .medusa_loss import MedusaLoss, MedusaLossConfig
 from .recipe_config import TargetSpec, TrainConfig, TrainResult
 from .setup import meta_target, model_config
@@ -40,6 +41,7 @@ class MedusaRecipe:
     capture: CaptureConfig = field(default_factory=CaptureConfig)
     medusa: MedusaConfig = field(default_factory=MedusaConfig)
     loss: MedusaLossConfig = field(default_factory=MedusaLossConfig)
+    calibration: CalibrationConfig = field(default_factory=CalibrationConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
 
     def __post_init__(self) -> None:
@@ -87,9 +89,24 @@ def run(recipe: MedusaRecipe) -> TrainResult:
             "train/simulated_acceptance_length"
         ],
     }
+    bare = run.accelerator.unwrap_model(heads)
+    training.update(heldout_record(run, bare, run.target, recipe.calibration))
     layers = [run.target.num_layers]
     export_drafter(run, heads, recipe.family, _all_weights, training, outcome, layers)
     return TrainResult.of(run.output_dir, outcome, accuracies[0])
+
+
+def heldout_record(run, heads: MedusaHeads, target, calibration: CalibrationConfig) -> dict:
+    """The heads' held-out rank accuracies and calibrated tree (main process; {} without
+    held-out rows, and on the other processes)."""
+    if run.heldout is None or not run.accelerator.is_main_process:
+        return {}
+    heads.eval()
+    pad_id = run.target.tokenizer.pad_token_id or 0
+    batches = heldout_batches(
+        run.heldout, pad_id, run.config.micro_batch_size, run.accelerator.device
+    )
+    return calibration_record(heads, target, batches, calibration)
 
 
 def _all_weights(model, state_dict: dict) -> dict:

@@ -101,3 +101,6 @@ class MedusaLoss:
     def derived(self, metrics: dict[str, float]) -> dict[str, float]:
         accuracies = self.accuracies(metrics)
         return {"train/simulated_acceptance_length": simulated_acceptance_length(accuracies)}
+
+    def begin_step(self, step: int) -> None:
+        """Nothing in this loss follows the step."""

@@ -19,6 +19,7 @@ FAMILIES: dict[str, tuple[str, str]] = {
     "eagle1": ("draftzoo.train.eagle", "EagleRecipe"),
     "eagle3": ("draftzoo.train.eagle", "EagleRecipe"),
     "medusa1": ("draftzoo.train.medusa", "MedusaRecipe"),
+    "medusa2": ("draftzoo.train.medusa2", "Medusa2Recipe"),
 }
 
 

@@ -126,6 +126,27 @@ def tiny_eagle_recipe(tmp_path: Path, target_dir: Path, data_file: Path, **secti
     return from_dict(EagleRecipe, data)
 
 
+def tiny_medusa2_recipe(tmp_path: Path, target_dir: Path, data_file: Path, **sections):
+    """A Medusa-2 recipe (3 heads, a rank-4 LoRA, 4 held-out rows) for testbed-tiny."""
+    from draftzoo.train.medusa2 import Medusa2Recipe
+
+    data = {
+        "family": "medusa2",
+        "name": "test",
+        "output_dir": str(tmp_path / "drafter"),
+        "cache_dir": str(tmp_path / "cache"),
+        "target": {"path": str(target_dir)},
+        "data": {"source": str(data_file), "max_length": 128, "packing": True, "heldout_rows": 4},
+        "medusa": {"num_heads": 3},
+        "lora": {"rank": 4, "alpha": 8},
+        "loss": {"ramp_steps": 2},
+        "calibration": {"nodes": 6, "ranks": 3},
+        "train": dict(TINY_TRAIN),
+    }
+    _override(data, sections)
+    return from_dict(Medusa2Recipe, data)
+
+
 def tiny_medusa_recipe(tmp_path: Path, target_dir: Path, data_file: Path, **sections):
     """A Medusa-1 recipe (3 heads, packed rows) for testbed-tiny."""
     from draftzoo.train.medusa import MedusaRecipe

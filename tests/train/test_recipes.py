@@ -90,3 +90,20 @@ def test_shipped_medusa_recipes_validate_on_meta(path):
     config = model_config(recipe.target.path)
     h, v = config.hidden_size, config.vocab_size
     assert summary["head_parameters"] == recipe.medusa.num_heads * (h * h + h + h * v)
+
+
+@pytest.mark.parametrize("path", sorted((RECIPES / "medusa2").glob("*.yaml")), ids=lambda p: p.name)
+def test_shipped_medusa2_recipes_validate_on_meta(path):
+    from draftzoo.train.registry import check_recipe
+
+    recipe = load_recipe(path)
+    summary = check_recipe(recipe)
+    config = model_config(recipe.target.path)
+    h, v, layers = config.hidden_size, config.vocab_size, config.num_hidden_layers
+    assert summary["head_parameters"] == recipe.medusa.num_heads * (h * h + h + h * v)
+    # LoRA on q, k, v, o, gate, up, down of every layer: r x (in + out) each
+    head_dim = getattr(config, "head_dim", None) or h // config.num_attention_heads
+    kv = config.num_key_value_heads * head_dim
+    i = config.intermediate_size
+    per_layer = (h + h) + (h + kv) + (h + kv) + (h + h) + 2 * (h + i) + (i + h)
+    assert summary["lora_parameters"] == recipe.lora.rank * per_layer * layers

@@ -1,0 +1,138 @@
+"""The target's LoRA adapter (Medusa-2), in peft's own format.
+
+Training attaches a peft LoRA to the target (`attach_lora`); the published drafter keeps it in
+`<drafter>/adapter/` exactly as `PeftModel.save_pretrained` writes it (`adapter_config.json`,
+`adapter_model.safetensors`), so peft loads it as any other adapter. Serving merges it into
+the base target (`merge_adapter`), after checking every LoRA matrix fits the module it adapts:
+an adapter trained for another base is refused naming the module, before peft sees it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from torch import nn
+
+from .errors import DraftzooError
+
+ADAPTER_DIR = "adapter"
+ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
+#: the Medusa paper's choice: every linear layer of the decoder
+DEFAULT_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+class AdapterError(DraftzooError, ValueError):
+    """An adapter that is missing, unreadable, or made for another base model."""
+
+
+@dataclass(frozen=True)
+class LoraSpec:
+    """The LoRA put on the target (defaults as the Medusa paper's Medusa-2 runs)."""
+
+    rank: int = 32  # r
+    alpha: int = 16  # lora_alpha: the update is scaled by alpha / rank
+    dropout: float = 0.05  # lora_dropout
+    target_modules: tuple[str, ...] = DEFAULT_MODULES  # module names peft adapts
+
+    def __post_init__(self) -> None:
+        if self.rank < 1 or self.alpha <= 0:
+            raise ValueError("lora.rank must be >= 1 and lora.alpha > 0")
+        if not 0 <= self.dropout < 1:
+            raise ValueError("lora.dropout must be in [0, 1)")
+        if not self.target_modules:
+            raise ValueError("lora.target_modules must name at least one module")
+
+    def peft_config(self):
+        """This spec as peft's `LoraConfig`."""
+        from peft import LoraConfig
+
+        return LoraConfig(
+            r=self.rank,
+            lora_alpha=self.alpha,
+            lora_dropout=self.dropout,
+            target_modules=list(self.target_modules),
+            bias="none",
+            task_type="CAUSAL_LM",
+        )
+
+
+def attach_lora(model: nn.Module, spec: LoraSpec):
+    """Wrap a transformers causal LM in a trainable peft LoRA (injected into `model` in
+    place); refuses target modules the model does not have."""
+    from peft import get_peft_model
+
+    names = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
+    missing = sorted(set(spec.target_modules) - names)
+    if missing:
+        raise AdapterError(
+            f"lora.target_modules {missing} are not modules of "
+            f"{type(model).__name__} (it has e.g. {sorted(n for n in names if 'proj' in n)})"
+        )
+    return get_peft_model(model, spec.peft_config())
+
+
+def adapter_dir(folder: Path) -> Path:
+    """Where a drafter folder keeps its adapter."""
+    return Path(folder) / ADAPTER_DIR
+
+
+def check_adapter(folder: Path, model: nn.Module) -> None:
+    """Refuse an adapter whose LoRA matrices do not fit `model` (another base)."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    folder = Path(folder)
+    missing = [name for name in ADAPTER_FILES if not (folder / name).is_file()]
+    if missing:
+        raise AdapterError(f"{folder} is not a peft adapter: {', '.join(missing)} missing")
+    try:
+        json.loads((folder / "adapter_config.json").read_text())
+        tensors = load_file(str(folder / "adapter_model.safetensors"))
+    except (json.JSONDecodeError, SafetensorError, OSError) as err:
+        raise AdapterError(f"the adapter in {folder} cannot be read: {err}") from err
+    for key, tensor in tensors.items():
+        if not key.endswith((".lora_A.weight", ".lora_B.weight")):
+            continue
+        path, kind = key.removeprefix("base_model.model.").rsplit(".lora_", 1)
+        try:
+            module = model.get_submodule(path)
+        except AttributeError:
+            raise AdapterError(
+                f"the adapter in {folder} was trained for another base: it adapts {path}, "
+                f"which {type(model).__name__} does not have"
+            ) from None
+        expected = module.in_features if kind.startswith("A") else module.out_features
+        given = tensor.shape[1] if kind.startswith("A") else tensor.shape[0]
+        if given != expected:
+            side = "input" if kind.startswith("A") else "output"
+            raise AdapterError(
+                f"the adapter in {folder} was trained for another base: {path} has {side} "
+                f"size {expected} here, the adapter's LoRA expects {given}"
+            )
+
+
+#: set on a model an adapter was merged into: the adapter's folder
+MERGED_MARK = "draftzoo_merged_adapter"
+
+
+def merge_adapter(model: nn.Module, folder: Path) -> nn.Module:
+    """`model` with the adapter in `folder` merged into its weights, in place (checked first);
+    the merged model serves at the base model's speed. Merging the same adapter again is a
+    no-op; merging a second, different one is refused (the model is no longer the base)."""
+    from peft import PeftModel
+
+    folder = Path(folder).resolve()
+    merged_already = getattr(model, MERGED_MARK, None)
+    if merged_already == str(folder):
+        return model
+    if merged_already is not None:
+        raise AdapterError(
+            f"this model already has the adapter in {merged_already} merged in; load a fresh "
+            f"base model to serve the adapter in {folder}"
+        )
+    check_adapter(folder, model)
+    merged = PeftModel.from_pretrained(model, str(folder)).merge_and_unload().eval()
+    setattr(merged, MERGED_MARK, str(folder))
+    return merged
