@@ -9,7 +9,16 @@
 | eagle3 | `speculators` | Eagle3Speculator              | fc, layers.0.*, norm, lm_head, d2t, t2d |
 | eagle1 | `vllm`        | EagleLlamaForCausalLM         | fc, layers.0.* (no input norm)       |
 | draft_lm | `hf`        | the draft LM's own (plain transformers checkpoint) |             |
-| medusa1 | `vllm`       | MedusaModel                   | blocks.{h}.layers.{l}.*, lm_heads.{h} |
+| medusa1/2 | `vllm`     | MedusaModel                   | blocks.{h}.layers.{l}.*, lm_heads.{h} |
+| medusa1/2 | `medusa`   | Medusa's reference layout     | {h}.{l}.linear.*, {h}.{L}.weight     |
+
+The `medusa` format is the reference code's `medusa_lm_head.safetensors` (TGI and
+TensorRT-LLM read it too).
+
+A Medusa-2 export also writes the adapted target, the base with its LoRA merged, to
+`<output>/target/` (a plain transformers checkpoint): serve the heads with *that* target.
+The reference layout repeats one residual block per head (`[ResBlock] * n`), so it holds
+heads of one layer only; deeper heads export to `vllm`.
 
 vLLM reads a Medusa config by renaming every key that contains "num" and "heads" to
 `num_heads` and every key with "num" and "layers" to `num_hidden_layers`, so the Medusa export
@@ -38,8 +47,11 @@ FORMATS = {
     "eagle3": ("vllm", "sglang", "speculators"),
     "eagle1": ("vllm",),
     "draft_lm": ("hf",),
-    "medusa1": ("vllm",),
+    "medusa1": ("vllm", "medusa"),
+    "medusa2": ("vllm", "medusa"),
 }
+#: the Medusa reference code's weights file
+MEDUSA_HEADS_FILE = "medusa_lm_head.safetensors"
 TOKENIZER_FILES = (
     "tokenizer.json",
     "tokenizer_config.json",
@@ -213,6 +225,47 @@ def _medusa(config, tensors):
     return out, dict(tensors)
 
 
+def _medusa_reference(config, tensors, base_model: str):
+    """The Medusa reference layout: head h is `Sequential(ResBlock * L, Linear(h, V))`, so its
+    block is `{h}.{l}.linear.*` and its projection `{h}.{L}.weight`; config keys as Medusa's
+    `MedusaConfig` (and TGI) read them."""
+    layers = config["medusa_num_layers"]
+    if layers != 1:
+        raise ExportError(
+            f"the Medusa reference layout repeats one residual block per head, so it holds "
+            f"heads of 1 layer; these have {layers} (export them to vllm)"
+        )
+    weights = {}
+    for head in range(config["medusa_num_heads"]):
+        for part in ("weight", "bias"):
+            key = f"blocks.{head}.layers.0.{part}"
+            if key in tensors:
+                weights[f"{head}.0.linear.{part}"] = tensors[key]
+        weights[f"{head}.1.weight"] = tensors[f"lm_heads.{head}.weight"]
+    out = {
+        "medusa_num_heads": config["medusa_num_heads"],
+        "medusa_num_layers": layers,
+        "base_model_name_or_path": base_model,
+        "hidden_size": config["hidden_size"],
+        "vocab_size": config["vocab_size"],
+    }
+    return out, weights
+
+
+def _merged_target(folder: Path, base_model: str, output: Path) -> None:
+    """Medusa-2: the base target with the drafter's adapter merged, saved to `output`."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from .defaults import target_location
+    from .lora_adapter import adapter_dir, merge_adapter
+
+    location = target_location(base_model)
+    base = AutoModelForCausalLM.from_pretrained(location, dtype="auto")
+    merged = merge_adapter(base, adapter_dir(folder))
+    merged.save_pretrained(output)
+    AutoTokenizer.from_pretrained(location).save_pretrained(output)
+
+
 def export_drafter(
     path: Path,
     output_dir: Path,
@@ -252,7 +305,9 @@ def export_drafter(
     verifier = verifier or str(record.get("recipe", {}).get("target", {}).get("path", ""))
     if family == "eagle3":
         out, weights = _eagle3(config, record, tensors, fmt, verifier, speculative_tokens)
-    elif family == "medusa1":
+    elif family in ("medusa1", "medusa2") and fmt == "medusa":
+        out, weights = _medusa_reference(config, tensors, verifier)
+    elif family in ("medusa1", "medusa2"):
         out, weights = _medusa(config, tensors)
     else:
         out, weights = _eagle1(config, tensors)
@@ -260,5 +315,8 @@ def export_drafter(
     out["draftzoo"] = {"family": family, "hidden_state_layers_hf": record["hidden_state_layers"]}
     (tmp / "config.json").write_text(json.dumps(out, indent=1))
     weights = {k: v.contiguous() for k, v in weights.items()}
-    save_file(weights, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+    weights_file = MEDUSA_HEADS_FILE if fmt == "medusa" else "model.safetensors"
+    save_file(weights, str(tmp / weights_file), metadata={"format": "pt"})
+    if family == "medusa2":
+        _merged_target(path, verifier, tmp / "target")
     return replace_dir(tmp, output_dir)

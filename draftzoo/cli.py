@@ -119,6 +119,7 @@ def _generate(args: argparse.Namespace) -> int:
         max_new_tokens=args.max_new_tokens,
         stop_strings=tuple(args.stop),
         seed=args.seed,
+        acceptance=args.acceptance,
     )
     target_path = target_location(args.target or COMMITTED_TARGET)
     tokenizer = AutoTokenizer.from_pretrained(target_path)
@@ -143,6 +144,8 @@ def _generate(args: argparse.Namespace) -> int:
     out = generator.generate(args.prompt, params)
     print(args.prompt + out.text)
     print(f"--- finish: {out.finish_reason}")
+    if params.lossy:
+        print("--- LOSSY: typical acceptance; this output is not distributed as the target's")
     for key, value in out.metrics.summary().items():
         print(f"{key}: {value}")
     return 0
@@ -284,6 +287,7 @@ def _eval_config(args: argparse.Namespace):
             tree_depth=args.tree_depth,
             tree_tokens=args.tree_tokens,
             tree_sampled_children=args.tree_sampled_children,
+            acceptance=args.acceptance,
             chat=not args.raw,
             seed=args.seed,
             teacher_forced=args.teacher_forced,
@@ -402,6 +406,17 @@ def _demo(args: argparse.Namespace) -> int:
     return run_demo(Path(args.output_dir), args.steps, args.prompts)
 
 
+def _add_acceptance(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--acceptance",
+        choices=("exact", "typical"),
+        default="exact",
+        help="exact (default): lossless, the output is distributed as the target's; typical: "
+        "Medusa's typical acceptance, LOSSY at T > 0 (keeps draft tokens the target finds "
+        "typical enough; faster, but the output is no longer the target's distribution)",
+    )
+
+
 def _add_tree_options(parser: argparse.ArgumentParser) -> None:
     """The EAGLE tree budget (`TreeSettings`), for --tree."""
     parser.add_argument("--tree-top-k", type=int, default=10, help="EAGLE-2: children per node")
@@ -516,6 +531,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--top-k", type=int, default=0, help="0 = no top-k cut")
     gen.add_argument("--top-p", type=float, default=1.0, help="1 = no nucleus cut")
     gen.add_argument("--seed", type=int, help="sampling seed")
+    _add_acceptance(gen)
     gen.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     gen.add_argument("--device", help="cpu or cuda (default: cuda when available)")
     gen.add_argument(
@@ -645,6 +661,7 @@ def _add_zoo_commands(commands) -> None:
         "draft lands at, e.g. 128 256 384",
     )
     ev.add_argument("--seed", type=int, default=0)
+    _add_acceptance(ev)
     ev.add_argument("--threads", type=int, default=0, help="torch threads (0 = default)")
     ev.add_argument("--output-dir", help="where the report goes (default runs/eval-NAME)")
     ev.set_defaults(func=_eval)
@@ -674,8 +691,9 @@ def _add_zoo_commands(commands) -> None:
     exp = commands.add_parser(
         "export",
         help="write a drafter in the layout vLLM, SGLang or speculators loads",
-        description="eagle3: vllm | sglang | speculators; eagle1: vllm; medusa1: vllm; "
-        "draft_lm: hf.",
+        description="eagle3: vllm | sglang | speculators; eagle1: vllm; medusa1, medusa2: "
+        "vllm | medusa (the Medusa reference layout; a Medusa-2 export adds the adapted target "
+        "in target/); draft_lm: hf.",
     )
     exp.add_argument("drafter", help="a drafter folder or a zoo name")
     exp.add_argument("--format", required=True, choices=["vllm", "sglang", "speculators", "hf"])

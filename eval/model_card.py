@@ -43,6 +43,8 @@ def eval_command(report: dict[str, Any], drafter: str) -> str:
         parts += ["--tree-sampled-children", str(cfg["tree_sampled_children"])]
     else:
         parts += ["--num-speculative-tokens", str(cfg["num_speculative_tokens"])]
+    if cfg.get("acceptance", "exact") != "exact":
+        parts += ["--acceptance", cfg["acceptance"]]
     if not cfg["chat"]:
         parts.append("--raw")
     if cfg.get("teacher_forced"):
@@ -163,6 +165,12 @@ def render_card(
 
 def _guarantee(report: dict[str, Any]) -> str:
     """What speculative decoding with the drafter preserves."""
+    if report["serving"].get("lossy"):
+        return (
+            f"**Measured with {report['serving']['acceptance']} acceptance, which is LOSSY**: "
+            "at T > 0 the output is not distributed as the target's (greedy output still "
+            "equals the target's). The repeated-4-gram share below shows its effect on output."
+        )
     if report.get("target_drift"):
         return (
             "It serves with its LoRA adapter merged into the target (Medusa-2 trains both), "

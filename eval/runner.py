@@ -24,7 +24,7 @@ import resource
 import statistics
 import time
 from collections import defaultdict
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -40,7 +40,8 @@ from ..inference.batch import BatchGenerator
 from ..inference.eagle import TreeSettings
 from ..inference.generate import SpeculativeGenerator
 from ..inference.load import DrafterRuntime
-from ..inference.sampling import SamplingParams
+from ..inference.sampling import ACCEPTANCES, SamplingParams
+from .lm_quality import repeated_ngram_share
 
 REPORT_FILE = "report.json"
 SUMMARY_FILE = "summary.txt"
@@ -63,6 +64,9 @@ class EvalConfig:
     tree_depth: int = 6
     tree_tokens: int = 60
     tree_sampled_children: int = 3  # T > 0 trees: children drawn per expanded node
+    #: "exact" (lossless) or "typical" (Medusa's typical acceptance: LOSSY at T > 0); the
+    #: target-only baseline always samples exactly
+    acceptance: str = "exact"
     chat: bool = True  # render prompts with the target's chat template
     seed: int = 0
     #: EAGLE drafters: also score the chain's acceptance per draft step, teacher-forced on the
@@ -83,6 +87,8 @@ class EvalConfig:
             raise ValueError("batch sizes must be >= 1")
         if self.proposal not in ("chain", "tree"):
             raise ValueError(f"proposal must be 'chain' or 'tree', got {self.proposal!r}")
+        if self.acceptance not in ACCEPTANCES:
+            raise ValueError(f"acceptance must be one of {ACCEPTANCES}, got {self.acceptance!r}")
         if self.num_speculative_tokens < 1:
             raise ValueError("num_speculative_tokens must be >= 1")
         if self.position_edges and not self.teacher_forced:
@@ -113,8 +119,12 @@ class _Run:
     drafts: int = 0
     draft_seconds: float = 0.0
     verify_seconds: float = 0.0
+    decodes: int = 0
+    repetition: float = 0.0  # summed repeated-4-gram shares of the outputs
 
     def add(self, out, seconds: float) -> None:
+        self.decodes += 1
+        self.repetition += repeated_ngram_share(out.token_ids)
         m = out.metrics
         self.tokens += m.num_generated_tokens
         self.seconds += seconds
@@ -171,11 +181,13 @@ class Evaluation:
         )
         self.peak_cache_bytes = 0
 
-    def _params(self, temperature: float, index: int, repeat: int) -> SamplingParams:
+    def _params(self, temperature: float, index: int, repeat: int) -> dict[str, SamplingParams]:
+        """{"target": exact sampling, "speculative": with the configured acceptance}."""
         seed = self.config.seed + 1000 * repeat + index
-        return SamplingParams(
+        exact = SamplingParams(
             temperature=temperature, max_new_tokens=self.config.max_new_tokens, seed=seed
         )
+        return {"target": exact, "speculative": replace(exact, acceptance=self.config.acceptance)}
 
     def run(self, prompts: list[Prompt], progress=None) -> list[dict[str, Any]]:
         """One result per (temperature, batch size)."""
@@ -205,7 +217,7 @@ class Evaluation:
             for name in order:
                 generator = self.plain if name == "target" else self.speculative
                 began = time.perf_counter()
-                outs[name] = generator.generate(text, params)
+                outs[name] = generator.generate(text, params[name])
                 seconds = time.perf_counter() - began
                 run = _Run()
                 run.add(outs[name], seconds)
@@ -239,7 +251,7 @@ class Evaluation:
             outs = {}
             for name in order:
                 generator = plain if name == "target" else speculative
-                outs[name] = generator.generate(chunk, params)
+                outs[name] = generator.generate(chunk, params[name])
             for name in ("target", "speculative"):
                 # the chunk's wall time, shared out by tokens so per-prompt sums stay exact
                 batch = outs[name]
@@ -288,6 +300,10 @@ class Evaluation:
                 "speculative": _rate(spec),
             },
             "speedup": _spread(speedups),
+            # output quality beside speed: typical acceptance (lossy) may change it
+            "repeated_4gram_share": {
+                name: run.repetition / max(1, run.decodes) for name, run in total.items()
+            },
             "draft_ms_per_round": 1e3 * spec.draft_seconds / max(1, spec.forwards),
             "verify_ms_per_round": 1e3 * spec.verify_seconds / max(1, spec.forwards),
             "categories": {
@@ -411,6 +427,8 @@ def evaluate(
         },
         "config": asdict(config),
         "serving": {
+            "acceptance": config.acceptance,
+            "lossy": config.acceptance != "exact",
             "proposal": drafter.proposal,
             "num_speculative_tokens": drafter.num_speculative_tokens,
             "tree": asdict(drafter.tree) if drafter.tree else None,
@@ -503,9 +521,10 @@ def summary_text(report: dict[str, Any]) -> str:
         f"(+1 warm-up), {cfg['max_new_tokens']} new tokens, {cfg['repeats']} repeat(s)",
         f"proposal  {report['serving']['proposal']}, {report['serving']['num_speculative_tokens']}"
         f" tokens deep",
+        *_lossy_line(report),
         "",
         f"{'T':>4} {'batch':>5} {'tau':>6} {'target tok/s':>13} {'spec tok/s':>11} "
-        f"{'speedup':>14} {'draft/verify ms':>16} {'identity':>9}",
+        f"{'speedup':>14} {'draft/verify ms':>16} {'identity':>9} {'rep-4 tgt/spec':>15}",
     ]
     for r in report["results"]:
         s = r["speedup"]
@@ -516,7 +535,8 @@ def summary_text(report: dict[str, Any]) -> str:
             f"{r['temperature']:>4g} {r['batch_size']:>5} {r['tau']:>6.2f} "
             f"{r['tokens_per_second']['target']:>13.1f} "
             f"{r['tokens_per_second']['speculative']:>11.1f} {spread:>14} "
-            f"{r['draft_ms_per_round']:>7.2f}/{r['verify_ms_per_round']:<8.2f} {shown:>9}"
+            f"{r['draft_ms_per_round']:>7.2f}/{r['verify_ms_per_round']:<8.2f} {shown:>9} "
+            f"{_repetition(r):>15}"
         )
     lines.append("")
     for temperature, cats, accept in batch_one_breakdown(report):
@@ -542,6 +562,22 @@ def summary_text(report: dict[str, Any]) -> str:
         f"{m['process_peak_rss_bytes'] / 2**20:.0f} MiB"
     )
     return "\n".join(lines) + "\n"
+
+
+def _repetition(result: dict[str, Any]) -> str:
+    """Repeated-4-gram share of target-only / speculative outputs ('-' in older reports)."""
+    shares = result.get("repeated_4gram_share")
+    return f"{shares['target']:.3f}/{shares['speculative']:.3f}" if shares else "-"
+
+
+def _lossy_line(report: dict[str, Any]) -> list[str]:
+    """A warning line for a report measured with a lossy acceptance."""
+    if not report["serving"].get("lossy"):
+        return []
+    return [
+        f"LOSSY     {report['serving']['acceptance']} acceptance: at T > 0 the output is NOT "
+        "distributed as the target's (repeated-4-gram share per row shows its effect)"
+    ]
 
 
 def write_report(report: dict[str, Any], output_dir: Path) -> Path:

@@ -10,6 +10,12 @@ from a deterministic proposer is the same rule with q one-hot at x: accepted wit
 p(x), after which x is removed from p. When every child is rejected, the next token is sampled
 from what remains of p; after a fully accepted path, the bonus token is sampled from p at the
 leaf. Each step is exact, so the output is distributed as target-only sampling.
+
+Typical (Medusa's typical acceptance; opt-in, LOSSY, only with `acceptance="typical"` at
+T > 0): a node passes when the target finds its token typical enough at its parent, p(x) >
+min(epsilon, delta x exp(-H(p))); the deepest node whose whole path passes is accepted (the
+first such in tree order), and the next token is sampled from p restricted to its typical
+tokens (the argmax when none is). Not distributed as the target: it favours likely tokens.
 """
 
 from __future__ import annotations
@@ -68,6 +74,39 @@ def accept_sampling(
             return accepted, sample(p, generator)
 
 
+def typical_tokens(p: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """[vocab] bool: the tokens typical acceptance keeps under distribution `p`."""
+    entropy = -(p * p.clamp_min(1e-30).log()).sum()
+    threshold = torch.minimum(
+        torch.tensor(params.typical_threshold, device=p.device),
+        params.typical_alpha * torch.exp(-entropy),
+    )
+    return p > threshold
+
+
+def accept_typical(
+    target_logits: torch.Tensor,  # [n+1, vocab], slot 0 = root
+    proposal: Proposal,
+    params: SamplingParams,
+    generator: torch.Generator | None,
+) -> tuple[list[int], int]:
+    """Medusa's typical acceptance (LOSSY): the deepest node whose path is typical."""
+    typical = [typical_tokens(probabilities(row, params), params) for row in target_logits]
+    passes: list[bool] = []
+    best, best_depth = -1, 0
+    for node, (token, parent) in enumerate(zip(proposal.tokens, proposal.parents, strict=True)):
+        above = passes[parent] if parent >= 0 else True
+        passes.append(above and bool(typical[parent + 1][token]))
+        depth = proposal.depths[node]
+        if passes[node] and depth > best_depth:
+            best, best_depth = node, depth
+    accepted = proposal.path_to(best) if best >= 0 else []
+    slot = accepted[-1] + 1 if accepted else 0
+    p = probabilities(target_logits[slot], params)
+    kept = p * typical[slot]
+    return accepted, sample(kept, generator) if kept.sum() > 0 else int(p.argmax())
+
+
 def accept(
     target_logits: torch.Tensor,
     proposal: Proposal,
@@ -77,4 +116,6 @@ def accept(
     """Accepted node indices (root to leaf) and the target's next token."""
     if params.greedy:
         return accept_greedy(target_logits.argmax(-1).tolist(), proposal)
+    if params.acceptance == "typical":
+        return accept_typical(target_logits, proposal, params, generator)
     return accept_sampling(target_logits, proposal, params, generator)

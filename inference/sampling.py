@@ -9,6 +9,9 @@ import torch
 from ..architectures.defaults import MAX_NEW_TOKENS, TEMPERATURE
 from .errors import GenerationError
 
+#: how draft tokens are accepted; only "exact" is lossless
+ACCEPTANCES = ("exact", "typical")
+
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -20,8 +23,20 @@ class SamplingParams:
     max_new_tokens: int = MAX_NEW_TOKENS  # hard cap on generated tokens
     stop_strings: tuple[str, ...] = ()  # stop once the decoded output contains one
     seed: int | None = None  # seeds the sampler's generator; None = nondeterministic
+    #: "exact": lossless acceptance (the output is distributed as the target's); "typical":
+    #: Medusa's typical acceptance, LOSSY at T > 0 (tokens the target finds typical enough are
+    #: kept: p(x) > min(typical_threshold, typical_alpha x exp(-entropy of p)))
+    acceptance: str = "exact"
+    typical_threshold: float = 0.09  # Medusa's posterior_threshold (epsilon)
+    typical_alpha: float = 0.3  # Medusa's posterior_alpha (delta)
 
     def __post_init__(self) -> None:
+        if self.acceptance not in ACCEPTANCES:
+            raise GenerationError(
+                f"acceptance must be one of {ACCEPTANCES}, got {self.acceptance!r}"
+            )
+        if not 0 < self.typical_threshold < 1 or not 0 < self.typical_alpha <= 1:
+            raise GenerationError("typical_threshold must be in (0, 1), typical_alpha in (0, 1]")
         if self.temperature < 0:
             raise GenerationError(f"temperature must be >= 0, got {self.temperature}")
         if self.top_k < 0:
@@ -34,6 +49,11 @@ class SamplingParams:
     @property
     def greedy(self) -> bool:
         return self.temperature == 0.0
+
+    @property
+    def lossy(self) -> bool:
+        """Typical acceptance when sampling: the output is not distributed as the target's."""
+        return self.acceptance == "typical" and not self.greedy
 
     def generator(self, device: torch.device | str = "cpu") -> torch.Generator:
         """A torch generator seeded from `seed` (or randomly)."""

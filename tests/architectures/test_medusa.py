@@ -104,3 +104,43 @@ def test_vllm_export_matches_vllms_parameters_and_config_parsing(target, tmp_pat
     wider.hidden_size = 64
     with pytest.raises(ExportError, match="hidden size"):
         export_drafter(folder, tmp_path / "bad", "vllm", wider)
+
+
+def _reference_parameters(num_heads: int, h: int, v: int) -> dict[str, tuple[int, ...]]:
+    """The Medusa reference model's head parameters, as its code builds them: head i is
+    `nn.Sequential(ResBlock(h), nn.Linear(h, v, bias=False))` with `ResBlock.linear =
+    nn.Linear(h, h)` (one layer), saved as `medusa_head.state_dict()`."""
+    params = {}
+    for head in range(num_heads):
+        params[f"{head}.0.linear.weight"] = (h, h)
+        params[f"{head}.0.linear.bias"] = (h,)
+        params[f"{head}.1.weight"] = (v, h)
+    return params
+
+
+def test_medusa_reference_export_matches_its_parameters_and_config(target, tmp_path):
+    from safetensors.torch import load_file
+
+    heads = build_medusa(MedusaConfig(num_heads=3, num_layers=1), target)
+    with torch.no_grad():
+        for block in heads.blocks:
+            block.layers[0].weight.normal_()
+    folder = _saved(heads, target, tmp_path / "heads")
+    out = export_drafter(folder, tmp_path / "ref", "medusa", target.config, verifier="base/x")
+    config = json.loads((out / "config.json").read_text())
+    assert config["medusa_num_heads"] == 3 and config["medusa_num_layers"] == 1
+    assert config["base_model_name_or_path"] == "base/x"
+    weights = load_file(str(out / "medusa_lm_head.safetensors"))
+    h, v = target.hidden_size, target.lm_head.weight.shape[0]
+    assert {k: tuple(t.shape) for k, t in weights.items()} == _reference_parameters(3, h, v)
+    state = heads.state_dict()
+    for head in range(3):
+        assert torch.equal(
+            weights[f"{head}.0.linear.weight"], state[f"blocks.{head}.layers.0.weight"]
+        )
+        assert torch.equal(weights[f"{head}.1.weight"], state[f"lm_heads.{head}.weight"])
+    deeper = _saved(
+        build_medusa(MedusaConfig(num_heads=2, num_layers=2), target), target, tmp_path / "d"
+    )
+    with pytest.raises(ExportError, match="heads of 1 layer"):
+        export_drafter(deeper, tmp_path / "ref2", "medusa", target.config)

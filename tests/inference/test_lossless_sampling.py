@@ -206,3 +206,28 @@ def test_sample_draws_each_token_with_its_probability(monkeypatch):
     assert _tv(counts, exact) < _threshold(exact)
     monkeypatch.setattr(torch, "rand", lambda *args, **kwargs: torch.tensor(1.0))
     assert sample(weights, generator) == 5
+
+
+def test_typical_acceptance_is_lossy_and_never_the_default(target_exact):
+    """Medusa's typical acceptance, asked for explicitly, leaves the target's distribution
+    (measured: TV far beyond the tolerance the exact path meets), while SamplingParams, the
+    evaluation and both CLI commands default to exact acceptance."""
+    from dataclasses import replace
+
+    from draftzoo.cli import build_parser
+    from draftzoo.eval.runner import EvalConfig
+
+    target, exact = target_exact
+    generator = SpeculativeGenerator(target, None, _medusa(target, tree=True), 3)
+    counts = Counter()
+    for seed in range(SAMPLES):
+        params = replace(PARAMS, seed=seed, acceptance="typical")
+        assert params.lossy
+        counts[tuple(generator.generate(PROMPT, params).token_ids)] += 1
+    tv, threshold = _tv(counts, exact), _threshold(exact)
+    assert tv > 2 * threshold, f"typical acceptance TV {tv:.4f} vs tolerance {threshold:.4f}"
+    assert SamplingParams().acceptance == "exact" and not SamplingParams().lossy
+    assert EvalConfig().acceptance == "exact"
+    parser = build_parser()
+    assert parser.parse_args(["generate", "--prompt", "x"]).acceptance == "exact"
+    assert parser.parse_args(["eval", "some-drafter"]).acceptance == "exact"

@@ -124,3 +124,18 @@ def test_a_chain_longer_than_the_heads_is_refused(medusa2_folder, testbed_tiny):
     target, tokenizer = _base(testbed_tiny)
     with pytest.raises(ProposerError, match="3 Medusa heads"):
         load_drafter(medusa2_folder, target, tokenizer, "chain", 5)
+
+
+@pytest.mark.parametrize("fmt", ["vllm", "medusa"])
+def test_exports_carry_the_adapted_target(medusa2_folder, testbed_tiny, tmp_path, fmt):
+    from draftzoo.architectures.export import export_drafter
+
+    out = export_drafter(medusa2_folder, tmp_path / fmt, fmt, verifier=str(testbed_tiny[0]))
+    heads_file = "model.safetensors" if fmt == "vllm" else "medusa_lm_head.safetensors"
+    assert (out / heads_file).is_file()
+    exported = AutoModelForCausalLM.from_pretrained(out / "target", dtype=torch.float32).eval()
+    merged, tokenizer = _base(testbed_tiny)
+    load_drafter(medusa2_folder, merged, tokenizer, "chain", 3)  # merges in place
+    ids = tokenizer(PROMPTS[1], return_tensors="pt").input_ids
+    with torch.no_grad():  # the export keeps the base's stored dtype (bf16): its rounding only
+        torch.testing.assert_close(exported(ids).logits, merged(ids).logits, rtol=0, atol=2e-2)
