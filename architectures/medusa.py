@@ -130,6 +130,14 @@ def build_medusa(config: MedusaConfig, target, family: str = "medusa1") -> Medus
     return heads
 
 
+def medusa_head_count(path: Path) -> int:
+    """How many heads the drafter in `path` has (from its config.json)."""
+    try:
+        return int(json.loads((Path(path) / "config.json").read_text())["medusa_num_heads"])
+    except (OSError, ValueError, KeyError) as err:
+        raise DrafterError(f"{path}/config.json does not describe Medusa heads: {err}") from err
+
+
 def load_medusa(path: Path, target, dtype: torch.dtype = torch.float32) -> MedusaHeads:
     """Saved heads, checked against `target` (a `TargetAdapter`): fingerprint, and every weight
     present and expected."""

@@ -100,6 +100,11 @@ def publish(
             f"the report {report_path} measured checkpoint {str(measured)[:16]}…, but {folder} "
             f"is {digest[:16]}…; evaluate this checkpoint before publishing it"
         )
+    if report.get("serving", {}).get("lossy"):
+        raise PublishError(
+            f"the report {report_path} was measured with {report['serving']['acceptance']} "
+            "acceptance, which is lossy; the zoo publishes exact (lossless) measurements"
+        )
     name = name or str(record.get("recipe", {}).get("name") or folder.name)
     if not set(name) <= NAME_CHARS:
         raise PublishError(f"zoo names use a-z, 0-9, '-', '_' and '.': {name!r}")

@@ -24,6 +24,7 @@ from ..architectures.drafter_io import DrafterError, check_drafter_target, read_
 from ..architectures.eagle import KINDS as EAGLE_KINDS
 from ..architectures.lora_adapter import adapter_dir, merge_adapter
 from ..architectures.medusa import FAMILIES as MEDUSA_FAMILIES
+from ..architectures.medusa import medusa_head_count
 from ..architectures.target import FingerprintMismatchError, TargetAdapter
 from ..architectures.zoo_index import find_in_zoos
 from .eagle import EagleProposer, TreeSettings
@@ -122,6 +123,7 @@ def load_drafter(
         raise DrafterError(f"{folder}: unknown drafter family {family!r}")
     if proposal == "chain":
         tree = None
+        _check_chain_length(folder, family, num_speculative_tokens)
     elif tree is None:
         tree = TreeSettings()  # the family's default tree
     try:
@@ -132,15 +134,21 @@ def load_drafter(
             f"drafter {folder} was trained for target {recorded_target(record)!r}, "
             f"not for {given!r}: {err}"
         ) from err
-    heads = getattr(module, "num_heads", None) if family in MEDUSA_FAMILIES else None
-    if proposal == "chain" and heads and (num_speculative_tokens or 0) > heads:
-        raise ProposerError(
-            f"drafter {folder} has {heads} Medusa heads, so its chains are at most {heads} "
-            f"tokens long; asked for {num_speculative_tokens}"
-        )
     if proposal == "tree" and num_speculative_tokens is not None:
         num_speculative_tokens = tree.depth
     return DrafterRuntime(folder, record, module, make, num_speculative_tokens, proposal, tree)
+
+
+def _check_chain_length(folder: Path, family: str, length: int | None) -> None:
+    """Medusa heads draft one token each: a longer chain is refused, not cut short."""
+    if family not in MEDUSA_FAMILIES or length is None:
+        return
+    heads = medusa_head_count(folder)
+    if length > heads:
+        raise ProposerError(
+            f"drafter {folder} has {heads} Medusa heads, so its chains are at most {heads} "
+            f"tokens long; asked for {length}"
+        )
 
 
 def _draft_lm(folder, target, tokenizer, tree, static_cache):
@@ -177,13 +185,15 @@ def _medusa(folder, target, tokenizer, tree, static_cache):
     into `target` in place: its heads are verified by the adapted target."""
     chain = MedusaProposer.from_pretrained(folder, target, tokenizer)
     record = read_drafter_record(folder)
-    if record["family"] == "medusa2":
-        merge_adapter(target, adapter_dir(folder))
     if tree is not None:
         tree = resolve_medusa_tree(tree, chain.heads.num_heads, calibrated_tree(record))
 
     def make() -> Proposer:
         return MedusaProposer(chain.heads, chain.target_layers[0], tree)
+
+    make()  # a tree the heads cannot draft is refused before the target is touched
+    if record["family"] == "medusa2":
+        merge_adapter(target, adapter_dir(folder))
 
     return chain.heads, make, tree
 

@@ -104,6 +104,12 @@ def test_publish_refuses_what_is_not_measured(measured, tmp_path):
     weights.write_bytes(weights.read_bytes()[:-64])
     with pytest.raises(PublishError, match="corrupt"):
         publish(corrupt, report, zoo)
+    lossy = json.loads(Path(report).read_text())
+    lossy["serving"].update(acceptance="typical", lossy=True)
+    lossy_path = tmp_path / "lossy.json"
+    lossy_path.write_text(json.dumps(lossy))
+    with pytest.raises(PublishError, match="lossy"):
+        publish(folder, lossy_path, zoo)
     assert not zoo.exists() or ZooIndex(zoo).entries() == {}
 
 
