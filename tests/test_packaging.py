@@ -54,9 +54,12 @@ def test_wheel_holds_every_subpackage_and_the_committed_testbed(wheel):
         "eagle3-testbed-small/model.safetensors",
         "eagle3-testbed-small/README.md",
         "draft-lm-testbed-small/config.json",
+        "medusa2-testbed-small/adapter/adapter_model.safetensors",
+        "medusa2-testbed-small/adapter/adapter_config.json",
     ):
         assert f"draftzoo/recipes/zoo/{name}" in names
     assert "draftzoo/recipes/eagle3/testbed-small-demo.yaml" in names
+    assert "draftzoo/recipes/medusa2/testbed-small.yaml" in names
     assert not any(n.startswith("tests/") for n in names)
 
 
