@@ -7,10 +7,12 @@ call of the heads drafts a whole chain: no drafter cache, nothing to roll back.
 
 Chain: each head's argmax (T = 0), or a token sampled from each head's own distribution q_k
 (T > 0, q returned for lossless acceptance). Tree (`MedusaTree`, Medusa's `medusa_choices`): a
-path (i_1, ..., i_d) is the node whose token is head d's i_d-th most likely token, under the
-node of the path without its last index; its nodes are deterministic, which the verifier treats
-as one-hot q (accept with the target's own probability), so trees are lossless at any
-temperature.
+path (i_1, ..., i_d) is the node under the node of the path without its last index whose token
+is, at T = 0, head d's i_d-th most likely token; at T > 0, the i_d-th of `top_k` tokens drawn
+i.i.d. from head d's q_d (as EAGLE's sampled trees draw children), with q_d returned. A head's
+distribution does not depend on the node above, so every node's children are i.i.d. draws from
+the q they are verified against, and recursive rejection over siblings keeps the output
+distributed as the target's.
 """
 
 from __future__ import annotations
@@ -93,8 +95,8 @@ class MedusaTree:
         return 1 + max(max(p) for p in self.choices)
 
     def proposal(self, ranked: torch.Tensor, depth: int) -> Proposal:
-        """The tree's nodes up to `depth`, tokens from `ranked` [heads, top_k] (each head's
-        tokens, best first)."""
+        """The tree's nodes up to `depth`, tokens from `ranked` [heads, top_k]: each head's
+        tokens, best first (T = 0) or as drawn (T > 0)."""
         index: dict[tuple[int, ...], int] = {}
         tokens, parents = [], []
         table = ranked.tolist()
@@ -186,10 +188,17 @@ class MedusaProposer(Proposer):
         limit = self.tree.depth if self.tree is not None else self.heads.num_heads
         depth = min(max_tokens, limit)
         logits = self.heads(self.last.to(self.device), heads=depth)  # [depth, V]
-        if self.tree is not None:
+        if self.tree is not None and params.greedy:
             return self.tree.proposal(logits.topk(self.tree.top_k, dim=-1).indices, depth)
         if params.greedy:
             return Proposal.chain(logits.argmax(-1).tolist())
         q = torch.stack([probabilities(row, params) for row in logits])
+        if self.tree is not None:
+            draws = torch.tensor(
+                [[sample(row, generator) for _ in range(self.tree.top_k)] for row in q]
+            )
+            proposal = self.tree.proposal(draws, depth)
+            proposal.draft_probs = q[[d - 1 for d in proposal.depths]]  # node -> its head's q
+            return proposal
         tokens = [sample(row, generator) for row in q]
         return Proposal.chain(tokens, q)

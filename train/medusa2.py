@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..architectures.config_io import ConfigError
 from ..architectures.lora_adapter import LoraSpec, attach_lora
 from ..architectures.medusa import MedusaConfig, MedusaHeads, build_medusa, load_medusa
 from ..data.capture import CaptureConfig
@@ -130,7 +131,7 @@ def _initial_heads(recipe: Medusa2Recipe, target) -> MedusaHeads:
         return fresh
     trained = load_medusa(recipe.init_heads, target)
     if trained.fields != {**fresh.fields, "draftzoo_family": trained.fields["draftzoo_family"]}:
-        raise ValueError(
+        raise ConfigError(
             f"init_heads {recipe.init_heads} has {trained.num_heads} heads of "
             f"{trained.fields['medusa_num_layers']} layer(s); the recipe asks for "
             f"{recipe.medusa.num_heads} of {recipe.medusa.num_layers}"

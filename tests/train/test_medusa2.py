@@ -146,3 +146,26 @@ def test_offline_capture_is_refused(testbed_tiny, chat, tmp_path):
         tiny_medusa2_recipe(
             tmp_path, testbed_tiny[0], chat, capture={"mode": "offline", "dir": str(tmp_path)}
         )
+
+
+def test_heads_start_from_medusa1_heads_of_the_same_shape(testbed_tiny, chat, tmp_path):
+    from draftzoo.architectures.config_io import ConfigError
+    from draftzoo.architectures.medusa import load_medusa
+    from draftzoo.train.medusa import run as run_medusa1
+    from draftzoo.train.medusa2 import _initial_heads
+    from tests.train.helpers import tiny_medusa_recipe
+
+    stage1 = tiny_medusa_recipe(tmp_path / "m1", testbed_tiny[0], chat)
+    run_medusa1(stage1)
+    recipe = tiny_medusa2_recipe(tmp_path, testbed_tiny[0], chat, init_heads=stage1.output_dir)
+    target = load_target(recipe.target, "cpu")
+    started = _initial_heads(recipe, target)
+    trained = load_medusa(Path(stage1.output_dir), target)
+    for key, tensor in trained.state_dict().items():
+        torch.testing.assert_close(started.state_dict()[key], tensor, rtol=0, atol=0)
+    assert started.fields["draftzoo_family"] == "medusa2"
+    fewer = tiny_medusa2_recipe(
+        tmp_path, testbed_tiny[0], chat, init_heads=stage1.output_dir, medusa={"num_heads": 2}
+    )
+    with pytest.raises(ConfigError, match="3 heads"):
+        _initial_heads(fewer, target)
