@@ -251,7 +251,8 @@ def _measured_section(report: dict[str, Any], plots: list[str]) -> list[str]:
         "",
         f"Memory: target {memory['target_bytes'] / 2**20:.1f} MiB, drafter "
         f"{memory['drafter_bytes'] / 2**20:.1f} MiB, peak KV caches "
-        f"{memory['peak_kv_cache_bytes'] / 2**20:.2f} MiB. Hardware: {hw['processor']}, "
+        f"{memory['peak_kv_cache_bytes'] / 2**20:.2f} MiB. Hardware: "
+        f"{hw.get('cpu_model') or hw['processor']}, "
         f"{hw['cpu_count']} CPUs, {hw['torch_threads']} torch threads"
         + (f", {hw['cuda']}" if hw.get("cuda") else "")
         + f". Versions: {', '.join(f'{k} {v}' for k, v in report['versions'].items())}.",

@@ -157,6 +157,7 @@ def environment() -> dict[str, Any]:
     hardware = {
         "machine": platform.machine(),
         "processor": platform.processor() or platform.machine(),
+        **_cpu_description(),
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
         "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
@@ -168,6 +169,26 @@ def environment() -> dict[str, Any]:
         "python": platform.python_version(),
     }
     return {"hardware": hardware, "versions": versions}
+
+
+def _cpu_description() -> dict[str, Any]:
+    """The CPU's model name and whether it has native bf16 (AVX512-BF16 or AMX), from
+    /proc/cpuinfo where there is one: reports from different CPUs must not be compared as
+    one ("x86_64" says nothing)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return {"cpu_model": platform.processor() or platform.machine(), "cpu_native_bf16": None}
+    fields: dict[str, str] = {}
+    for line in text.splitlines():  # the first processor's fields
+        key, colon, value = line.partition(":")
+        if colon:
+            fields.setdefault(key.strip(), value.strip())
+    model, flags = fields.get("model name", ""), set(fields.get("flags", "").split())
+    return {
+        "cpu_model": model or platform.machine(),
+        "cpu_native_bf16": bool(flags & {"avx512_bf16", "amx_bf16"}),
+    }
 
 
 class Evaluation:
