@@ -12,6 +12,7 @@ after that: a publish that fails midway leaves the zoo as it was.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from datetime import datetime, timezone
 from pathlib import Path
@@ -35,7 +36,8 @@ from .runner import REPORT_FILE, SUMMARY_FILE, headline
 
 CARD_FILE = "README.md"
 RECIPE_FILE = "recipe.yaml"
-NAME_CHARS = set("abcdefghijklmnopqrstuvwxyz0123456789-_.")
+#: a zoo name: a-z or 0-9 first (so never "." or ".."), then a-z, 0-9, ".", "_", "-"
+ZOO_NAME = re.compile(r"[a-z0-9][a-z0-9._-]*")
 
 
 class PublishError(DraftzooError, ValueError):
@@ -106,8 +108,10 @@ def publish(
             "acceptance, which is lossy; the zoo publishes exact (lossless) measurements"
         )
     name = name or str(record.get("recipe", {}).get("name") or folder.name)
-    if not set(name) <= NAME_CHARS:
-        raise PublishError(f"zoo names use a-z, 0-9, '-', '_' and '.': {name!r}")
+    if not ZOO_NAME.fullmatch(name):
+        raise PublishError(
+            f"zoo names start with a-z or 0-9 and use a-z, 0-9, '.', '_' and '-': {name!r}"
+        )
 
     index = ZooIndex(zoo)
     with index.locked() as entries:

@@ -113,6 +113,18 @@ def test_publish_refuses_what_is_not_measured(measured, tmp_path):
     assert not zoo.exists() or ZooIndex(zoo).entries() == {}
 
 
+@pytest.mark.parametrize("name", [".", "..", "../outside", "a/b", "-x", "Upper", ".hidden"])
+def test_names_that_are_paths_or_dots_are_refused_and_the_zoo_kept(measured, tmp_path, name):
+    folder, report = measured["eagle3"]
+    zoo = tmp_path / "zoo"
+    publish(folder, report, zoo, name="kept")
+    before = {p: p.read_bytes() for p in zoo.rglob("*") if p.is_file()}
+    with pytest.raises(PublishError, match="zoo names"):
+        publish(folder, report, zoo, name=name, overwrite=True)
+    assert {p: p.read_bytes() for p in zoo.rglob("*") if p.is_file()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["zoo"]
+
+
 def test_failed_publish_leaves_the_zoo_as_it_was(measured, tmp_path, monkeypatch):
     zoo = tmp_path / "zoo"
     folder, report = measured["eagle1"]
