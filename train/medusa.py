@@ -58,6 +58,11 @@ def check_on_meta(recipe: MedusaRecipe, target_config) -> dict:
     target = meta_target(target_config, recipe.data.max_length)
     with torch.device("meta"):
         heads = build_medusa(recipe.medusa, target)
+    return meta_summary(target, heads)
+
+
+def meta_summary(target, heads: MedusaHeads) -> dict:
+    """What `--check` prints of a target and its heads built on the meta device."""
     return {
         "target_parameters": sum(p.numel() for p in target.parameters()),
         "head_parameters": sum(p.numel() for p in heads.parameters()),
@@ -81,19 +86,12 @@ def run(recipe: MedusaRecipe) -> TrainResult:
     heads, optimizer, scheduler = prepare_model(run.accelerator, heads, recipe.train)
     loss = MedusaLoss(recipe.loss, recipe.medusa.num_heads, run.target, run.features)
     outcome = train_steps(run, heads, optimizer, scheduler, loss)
-    accuracies = loss.accuracies(outcome.metrics)
-    training = {
-        "head_top1_accuracy": accuracies,
-        "head_top5_accuracy": loss.accuracies(outcome.metrics, top=5),
-        "simulated_acceptance_length": loss.derived(outcome.metrics)[
-            "train/simulated_acceptance_length"
-        ],
-    }
+    training = loss.record(outcome.metrics)
     bare = run.accelerator.unwrap_model(heads)
     training.update(heldout_record(run, bare, run.target, recipe.calibration))
     layers = [run.target.num_layers]
     export_drafter(run, heads, recipe.family, _all_weights, training, outcome, layers)
-    return TrainResult.of(run.output_dir, outcome, accuracies[0])
+    return TrainResult.of(run.output_dir, outcome, training["head_top1_accuracy"][0])
 
 
 def heldout_record(run, heads: MedusaHeads, target, calibration: CalibrationConfig) -> dict:

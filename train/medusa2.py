@@ -25,7 +25,7 @@ from ..data.capture import CaptureConfig
 from ..data.token_dataset import DataConfig
 from .blocks import export_drafter, prepare_model, start_run, train_steps
 from .distributed import whole_weights
-from .medusa import heldout_record
+from .medusa import heldout_record, meta_summary
 from .medusa2_loss import Medusa2Loss, Medusa2LossConfig
 from .medusa2_model import AdaptedTargetHeads
 from .medusa_heldout import CalibrationConfig, heldout_batches, target_drift
@@ -76,14 +76,9 @@ def check_on_meta(recipe: Medusa2Recipe, target_config) -> dict:
         heads = build_medusa(recipe.medusa, target, recipe.family)
         peft_model = attach_lora(target.model, recipe.lora)
     trainable = sum(p.numel() for p in peft_model.parameters() if p.requires_grad)
-    return {
-        "target_parameters": sum(p.numel() for p in target.parameters()) - trainable,
-        "lora_parameters": trainable,
-        "head_parameters": sum(p.numel() for p in heads.parameters()),
-        "num_heads": heads.num_heads,
-        "vocab_size": target.lm_head.weight.shape[0],
-        "target_layers": target.num_layers,
-    }
+    summary = meta_summary(target, heads)
+    summary["target_parameters"] -= trainable  # the LoRA was injected into the target
+    return {**summary, "lora_parameters": trainable}
 
 
 def check_recipe(recipe: Medusa2Recipe) -> dict:
@@ -105,13 +100,8 @@ def run(recipe: Medusa2Recipe) -> TrainResult:
         run.accelerator, model, recipe.train, lr_scales=scales
     )
     outcome = train_steps(run, model, optimizer, scheduler, loss)
-    accuracies = loss.accuracies(outcome.metrics)
     training = {
-        "head_top1_accuracy": accuracies,
-        "head_top5_accuracy": loss.accuracies(outcome.metrics, top=5),
-        "simulated_acceptance_length": loss.derived(outcome.metrics)[
-            "train/simulated_acceptance_length"
-        ],
+        **loss.record(outcome.metrics),
         "final_kl": outcome.metrics.get("train/kl", float("nan")),
         "lora": {"rank": recipe.lora.rank, "alpha": recipe.lora.alpha},
     }
@@ -121,7 +111,7 @@ def run(recipe: Medusa2Recipe) -> TrainResult:
     training.update(_drift_record(run, bare))
     layers = [run.target.num_layers]
     export_drafter(run, model, recipe.family, _trained_weights, training, outcome, layers)
-    return TrainResult.of(run.output_dir, outcome, accuracies[0])
+    return TrainResult.of(run.output_dir, outcome, training["head_top1_accuracy"][0])
 
 
 def _initial_heads(recipe: Medusa2Recipe, target) -> MedusaHeads:

@@ -21,9 +21,8 @@ from typing import ClassVar
 import torch
 import torch.nn.functional as F
 
-from ..architectures.acceptance_length import simulated_acceptance_length
 from .eagle_losses import ahead, real_positions
-from .medusa_loss import HEAD_TARGETS
+from .medusa_loss import HEAD_TARGETS, HeadAccuracies, head_hits, head_loss
 
 RAMPS = ("sine", "linear", "constant")
 
@@ -58,7 +57,7 @@ class Medusa2LossConfig:
         return self.heads_weight * rise
 
 
-class Medusa2Loss:
+class Medusa2Loss(HeadAccuracies):
     """The shared loop's view of Medusa-2 (the model is `AdaptedTargetHeads`)."""
 
     shown: ClassVar[dict[str, str]] = {"train/kl": "kl", "train/head1_top1": "head1"}
@@ -90,31 +89,11 @@ class Medusa2Loss:
         heads = final.new_zeros((), dtype=torch.float32)
         stats = {"kl": torch.stack([kl.detach(), here.sum().float()])}
         for k, (keep, head_logits) in enumerate(zip(keeps, outputs, strict=True), start=1):
-            count = keep.sum().float()
             head_logits = head_logits.float()
-            if self.config.target == "data":
-                wanted = ahead(batch.input_ids, k + 1, keep)
-                loss = F.cross_entropy(head_logits, wanted, reduction="sum")
-            else:
-                probs = ahead(teacher, k, keep).softmax(-1)
-                loss = -(probs * F.log_softmax(head_logits, -1)).sum()
+            data_tokens = ahead(batch.input_ids, k + 1, keep)
+            loss = head_loss(self.config.target, head_logits, data_tokens, ahead(teacher, k, keep))
             heads = heads + self.config.decay ** (k - 1) * loss
-            with torch.no_grad():
-                greedy = ahead(logits, k, keep).argmax(-1)
-                top5 = head_logits.topk(min(5, head_logits.shape[-1]), dim=-1).indices
-                hit1 = (top5[:, 0] == greedy).float().sum()
-                hit5 = (top5 == greedy[:, None]).any(-1).float().sum()
-            stats[f"head{k}_top1"] = torch.stack([hit1, count])
-            stats[f"head{k}_top5"] = torch.stack([hit5, count])
+            stats.update(head_hits(k, head_logits, ahead(logits, k, keep).argmax(-1)))
         stats["heads_weight"] = torch.stack([heads.new_tensor(self.weight), heads.new_tensor(1.0)])
         total = self.config.distill_weight * kl + self.weight * heads
         return total, stats
-
-    def accuracies(self, metrics: dict[str, float], top: int = 1) -> list[float]:
-        """Each head's top-1 (or top-5) accuracy against the adapted target's argmax."""
-        heads = range(1, self.num_heads + 1)
-        return [metrics.get(f"train/head{k}_top{top}", float("nan")) for k in heads]
-
-    def derived(self, metrics: dict[str, float]) -> dict[str, float]:
-        accuracies = self.accuracies(metrics)
-        return {"train/simulated_acceptance_length": simulated_acceptance_length(accuracies)}

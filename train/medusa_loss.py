@@ -38,6 +38,50 @@ class MedusaLossConfig:
             raise ValueError("loss.decay must be in (0, 1]")
 
 
+def head_loss(kind: str, logits: torch.Tensor, data_tokens, teacher_logits) -> torch.Tensor:
+    """One head's summed loss over its positions: cross-entropy on the data's tokens
+    (`data`) or soft cross-entropy against the teacher's distribution (`distill`)."""
+    if kind == "data":
+        return F.cross_entropy(logits, data_tokens, reduction="sum")
+    return -(F.softmax(teacher_logits, -1) * F.log_softmax(logits, -1)).sum()
+
+
+@torch.no_grad()
+def head_hits(k: int, logits: torch.Tensor, wanted: torch.Tensor) -> dict[str, torch.Tensor]:
+    """{"head{k}_top1": [hits, positions], "head{k}_top5": ...} of head k against the
+    verifier's greedy tokens `wanted`."""
+    count = logits.new_tensor(float(len(wanted)))
+    top5 = logits.topk(min(5, logits.shape[-1]), dim=-1).indices
+    return {
+        f"head{k}_top1": torch.stack([(top5[:, 0] == wanted).float().sum(), count]),
+        f"head{k}_top5": torch.stack([(top5 == wanted[:, None]).any(-1).float().sum(), count]),
+    }
+
+
+class HeadAccuracies:
+    """Per-head accuracies from the logged metrics, shared by the Medusa losses."""
+
+    num_heads: int
+
+    def accuracies(self, metrics: dict[str, float], top: int = 1) -> list[float]:
+        """Each head's top-1 (or top-5) accuracy against its verifier's argmax (NaN before a
+        log)."""
+        heads = range(1, self.num_heads + 1)
+        return [metrics.get(f"train/head{k}_top{top}", float("nan")) for k in heads]
+
+    def derived(self, metrics: dict[str, float]) -> dict[str, float]:
+        accuracies = self.accuracies(metrics)
+        return {"train/simulated_acceptance_length": simulated_acceptance_length(accuracies)}
+
+    def record(self, metrics: dict[str, float]) -> dict:
+        """The training record's per-head fields."""
+        return {
+            "head_top1_accuracy": self.accuracies(metrics),
+            "head_top5_accuracy": self.accuracies(metrics, top=5),
+            **{k.removeprefix("train/"): v for k, v in self.derived(metrics).items()},
+        }
+
+
 def medusa_loss_sums(config: MedusaLossConfig, heads, target, final: torch.Tensor, batch):
     """(summed weighted loss, {stat: [sum, count]}) of one micro-batch.
 
@@ -49,7 +93,6 @@ def medusa_loss_sums(config: MedusaLossConfig, heads, target, final: torch.Tenso
     total = final.new_zeros((), dtype=torch.float32)
     stats: dict[str, torch.Tensor] = {}
     for k, (keep, logits) in enumerate(zip(keeps, outputs, strict=True), start=1):
-        count = keep.sum().float()
         if not keep.any():  # still in the graph, so data-parallel ranks agree on what trained
             total = total + 0.0 * logits.sum()
             zero = total.new_zeros(2)
@@ -58,22 +101,15 @@ def medusa_loss_sums(config: MedusaLossConfig, heads, target, final: torch.Tenso
         logits = logits.float()  # [n, V]
         with torch.no_grad():
             teacher = target_logits(target, ahead(final, k, keep)).float()
-        if config.target == "data":
-            loss = F.cross_entropy(logits, ahead(batch.input_ids, k + 1, keep), reduction="sum")
-        else:
-            loss = -(F.softmax(teacher, -1) * F.log_softmax(logits, -1)).sum()
-        total = total + config.decay ** (k - 1) * loss
-        with torch.no_grad():
-            wanted = teacher.argmax(-1)
-            top5 = logits.topk(min(5, logits.shape[-1]), dim=-1).indices
-            stats[f"head{k}_top1"] = torch.stack([(top5[:, 0] == wanted).float().sum(), count])
-            stats[f"head{k}_top5"] = torch.stack(
-                [(top5 == wanted[:, None]).any(-1).float().sum(), count]
-            )
+        data_tokens = ahead(batch.input_ids, k + 1, keep)
+        total = total + config.decay ** (k - 1) * head_loss(
+            config.target, logits, data_tokens, teacher
+        )
+        stats.update(head_hits(k, logits, teacher.argmax(-1)))
     return total, stats
 
 
-class MedusaLoss:
+class MedusaLoss(HeadAccuracies):
     """The shared loop's view of Medusa-1: the target's final state in, K head losses out."""
 
     shown: ClassVar[dict[str, str]] = {"train/head1_top1": "head1", "train/head2_top1": "head2"}
@@ -91,16 +127,6 @@ class MedusaLoss:
 
     def __call__(self, heads, batch, final, logs: bool = True):
         return medusa_loss_sums(self.config, heads, self.target, final, batch)
-
-    def accuracies(self, metrics: dict[str, float], top: int = 1) -> list[float]:
-        """Each head's top-1 (or top-5) accuracy against the target's argmax (NaN before a
-        log)."""
-        heads = range(1, self.num_heads + 1)
-        return [metrics.get(f"train/head{k}_top{top}", float("nan")) for k in heads]
-
-    def derived(self, metrics: dict[str, float]) -> dict[str, float]:
-        accuracies = self.accuracies(metrics)
-        return {"train/simulated_acceptance_length": simulated_acceptance_length(accuracies)}
 
     def begin_step(self, step: int) -> None:
         """Nothing in this loss follows the step."""
