@@ -11,6 +11,7 @@
 | draft_lm | `hf`        | the draft LM's own (plain transformers checkpoint) |             |
 | medusa1/2 | `vllm`     | MedusaModel                   | blocks.{h}.layers.{l}.*, lm_heads.{h} |
 | medusa1/2 | `medusa`   | Medusa's reference layout     | {h}.{l}.linear.*, {h}.{L}.weight     |
+| mtp    | `vllm`        | the target's (DeepSeek-style) | target + model.layers.{N+k}.*       |
 
 The `medusa` format is the reference code's `medusa_lm_head.safetensors` (TGI and
 TensorRT-LLM read it too).
@@ -49,6 +50,7 @@ FORMATS = {
     "draft_lm": ("hf",),
     "medusa1": ("vllm", "medusa"),
     "medusa2": ("vllm", "medusa"),
+    "mtp": ("vllm",),
 }
 #: the Medusa reference code's weights file
 MEDUSA_HEADS_FILE = "medusa_lm_head.safetensors"
@@ -266,6 +268,11 @@ def _merged_target(folder: Path, base_model: str, output: Path) -> None:
     AutoTokenizer.from_pretrained(location).save_pretrained(output)
 
 
+def _recorded(record: dict[str, Any]) -> str:
+    """The target path the drafter's recipe names."""
+    return str(record.get("recipe", {}).get("target", {}).get("path", ""))
+
+
 def export_drafter(
     path: Path,
     output_dir: Path,
@@ -295,6 +302,14 @@ def export_drafter(
     for name in TOKENIZER_FILES:
         if (path / name).is_file():
             shutil.copy2(path / name, tmp / name)
+    if family == "mtp":
+        from .defaults import target_location
+        from .mtp_export import export_mtp
+
+        export_mtp(
+            path, tmp, Path(target_location(verifier or _recorded(record))), _read_weights(path)
+        )
+        return replace_dir(tmp, output_dir)
     if family == "draft_lm":
         shutil.copy2(path / "config.json", tmp / "config.json")
         shutil.copy2(path / "model.safetensors", tmp / "model.safetensors")

@@ -107,6 +107,7 @@ def _generate(args: argparse.Namespace) -> int:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from draftzoo.inference.generate import SpeculativeGenerator
+    from draftzoo.inference.load import load_drafter
     from draftzoo.inference.proposers import DraftModelProposer, PromptLookupProposer
     from draftzoo.inference.sampling import SamplingParams
 
@@ -138,6 +139,11 @@ def _generate(args: argparse.Namespace) -> int:
         )
     elif args.eagle or args.medusa:
         proposer = _tree_proposer(args, target, tokenizer)
+    elif args.mtp:
+        runtime = load_drafter(
+            Path(args.mtp), target, tokenizer, "chain", args.num_speculative_tokens
+        )
+        proposer = runtime.make_proposer()
     generator = SpeculativeGenerator(
         target, tokenizer, proposer, args.num_speculative_tokens, static_cache=args.static_cache
     )
@@ -496,7 +502,8 @@ def build_parser() -> argparse.ArgumentParser:
     gen = commands.add_parser(
         "generate",
         help="generate with the speculative runtime and print the text and its metrics",
-        description="Target-only decoding unless --draft, --eagle, --medusa or --prompt-lookup "
+        description="Target-only decoding unless --draft, --eagle, --medusa, --mtp or "
+        "--prompt-lookup "
         "is given. "
         "Greedy at --temperature 0; sampling is lossless (rejection sampling).",
     )
@@ -506,6 +513,7 @@ def build_parser() -> argparse.ArgumentParser:
     drafts.add_argument("--prompt-lookup", action="store_true", help="n-gram prompt-lookup drafts")
     drafts.add_argument("--eagle", help="an EAGLE-1 or EAGLE-3 drafter folder for this target")
     drafts.add_argument("--medusa", help="a Medusa heads folder for this target")
+    drafts.add_argument("--mtp", help="an MTP modules folder for this target (chains)")
     gen.add_argument(
         "--tree",
         action="store_true",

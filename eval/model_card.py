@@ -20,6 +20,7 @@ FAMILY_NAMES = {
     "eagle3": "EAGLE-3",
     "medusa1": "Medusa-1",
     "medusa2": "Medusa-2",
+    "mtp": "MTP",
 }
 
 

@@ -31,6 +31,7 @@ from .eagle import EagleProposer, TreeSettings
 from .errors import GenerationError
 from .generate import SpeculativeGenerator
 from .medusa import MedusaProposer, MedusaTree, calibrated_tree, resolve_medusa_tree
+from .mtp import MtpProposer
 from .proposers import DraftModelProposer, Proposer, ProposerError, vocabularies_match
 
 TREE_FAMILIES = (*EAGLE_KINDS, *MEDUSA_FAMILIES)
@@ -118,6 +119,7 @@ def load_drafter(
         "eagle3": _eagle,
         "medusa1": _medusa,
         "medusa2": _medusa,
+        "mtp": _mtp,
     }
     if family not in builders:
         raise DrafterError(f"{folder}: unknown drafter family {family!r}")
@@ -196,6 +198,16 @@ def _medusa(folder, target, tokenizer, tree, static_cache):
         merge_adapter(target, adapter_dir(folder))
 
     return chain.heads, make, tree
+
+
+def _mtp(folder, target, tokenizer, tree, static_cache):
+    """(module, proposer factory, None) of MTP modules (chains only)."""
+    drafter = MtpProposer.from_pretrained(folder, target, tokenizer).drafter
+
+    def make() -> Proposer:
+        return MtpProposer(drafter)
+
+    return drafter, make, None
 
 
 def load(

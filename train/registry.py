@@ -20,6 +20,7 @@ FAMILIES: dict[str, tuple[str, str]] = {
     "eagle3": ("draftzoo.train.eagle", "EagleRecipe"),
     "medusa1": ("draftzoo.train.medusa", "MedusaRecipe"),
     "medusa2": ("draftzoo.train.medusa2", "Medusa2Recipe"),
+    "mtp": ("draftzoo.train.mtp", "MtpRecipe"),
 }
 
 

@@ -129,9 +129,21 @@ def _medusa(target, tree: bool):
     return MedusaProposer(heads.eval(), adapter.num_layers, MedusaTree(choices) if tree else None)
 
 
+def _mtp(target):
+    """Two untrained MTP modules (post_norm from the target's final norm), drafting chains of
+    3 (module 1, module 2, then module 2 reused): every draft sampled from its q."""
+    from draftzoo.architectures.mtp import MtpConfig, build_mtp
+    from draftzoo.architectures.target import TargetAdapter
+    from draftzoo.inference.mtp import MtpProposer
+
+    torch.manual_seed(4)
+    return MtpProposer(build_mtp(MtpConfig(depth=2), TargetAdapter(target)).eval())
+
+
 @pytest.mark.parametrize(
     "case",
     [
+        "mtp-chain",
         "medusa-chain",
         "medusa-tree",
         "draft-lm-similar",
@@ -157,7 +169,9 @@ def test_speculative_sampling_matches_the_target_distribution(target_exact, case
         proposer = _eagle3(target, tree=case == "eagle3-tree")
     if case.startswith("medusa"):
         proposer = _medusa(target, tree=case == "medusa-tree")
-    gamma = 3 if case in ("eagle3-tree", "medusa-tree") else 2  # a tree's depth
+    if case == "mtp-chain":
+        proposer = _mtp(target)
+    gamma = 3 if case in ("eagle3-tree", "medusa-tree", "mtp-chain") else 2  # a tree's depth
     generator = SpeculativeGenerator(target, None, proposer, num_speculative_tokens=gamma)
     counts, accepted = sample_outcomes(generator)
     tv, threshold = _tv(counts, exact), _threshold(exact)

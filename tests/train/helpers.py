@@ -163,3 +163,21 @@ def tiny_medusa_recipe(tmp_path: Path, target_dir: Path, data_file: Path, **sect
     }
     _override(data, sections)
     return from_dict(MedusaRecipe, data)
+
+
+def tiny_mtp_recipe(tmp_path: Path, target_dir: Path, data_file: Path, **sections):
+    """An MTP recipe (one module unless `mtp` says otherwise) for testbed-tiny."""
+    from draftzoo.train.mtp import MtpRecipe
+
+    data = {
+        "family": "mtp",
+        "name": "test",
+        "output_dir": str(tmp_path / "drafter"),
+        "cache_dir": str(tmp_path / "cache"),
+        "target": {"path": str(target_dir)},
+        "data": {"source": str(data_file), "max_length": 128, "packing": False},
+        "mtp": {"depth": 1},
+        "train": dict(TINY_TRAIN),
+    }
+    _override(data, sections)
+    return from_dict(MtpRecipe, data)

@@ -1,0 +1,271 @@
+"""MTP: DeepSeek-V3 multi-token-prediction modules, drafting from the target's own state.
+
+Module k (0-based, D in all) reads, for position i, the previous depth's state h^k_i (depth 0:
+the target's final state *after* its final norm — HF hidden_states[N], what vLLM's DeepSeek
+model returns and its MTP layer reads as `previous_hidden_states`, and what transformers'
+`MTPCandidateGenerator` takes from `hidden_states[-1]`) and the embedding of token i + k + 1:
+
+    h^{k+1}_i = post_norm(block(eh_proj(cat(enorm(embed(x_{i+k+1})), hnorm(h^k_i)))))
+
+and the target's frozen head reads h^{k+1}_i to predict x_{i+k+2}. The block is one decoder
+layer of the target's own class built from the target's config (`transformers.modeling_layers.
+MtpLayer` wires it, with the target's norm class), placed at index N + k as a native checkpoint
+places it (so a DeepSeek target's MTP block is MoE where its config says so); its rotary
+embedding is the target's. Modules share no weights. The embedding and head are the target's,
+never stored. Module names are transformers' (`layers.{k}.enorm/hnorm/eh_proj/mtp_block.*/
+post_norm`); `mtp_native.py` maps the engines' layouts onto them.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from .target import TargetError
+
+FAMILY = "mtp"
+ARCHITECTURE = "DraftzooMtp"
+WEIGHTS_FILE = "model.safetensors"
+INIT_FROM = ("scratch", "native")
+LOSSES = ("ce", "distill")
+
+
+@dataclass(frozen=True)
+class MtpConfig:
+    """Shape and objective of an MTP drafter (the block's shape is the target's layer)."""
+
+    depth: int = 1  # D sequential modules (DeepSeek-V3 ships 1)
+    #: "scratch": new modules (post_norm starts as the target's final norm); "native": the
+    #: modules the target's checkpoint ships (DeepSeek-V3, Qwen3-Next or MiMo layout)
+    init_from: str = "scratch"
+    #: "ce": cross-entropy on the data's next tokens, as DeepSeek-V3 trains; "distill": soft
+    #: cross-entropy against the frozen target's distribution at each depth
+    loss: str = "ce"
+    loss_weight: float = 1.0  # lambda: the loss is (lambda / D) x sum_k L_k
+
+    def __post_init__(self) -> None:
+        if self.depth < 1:
+            raise ValueError("mtp.depth must be >= 1")
+        if self.init_from not in INIT_FROM:
+            raise ValueError(f"mtp.init_from must be one of {INIT_FROM}, got {self.init_from!r}")
+        if self.loss not in LOSSES:
+            raise ValueError(f"mtp.loss must be one of {LOSSES}, got {self.loss!r}")
+        if self.loss_weight <= 0:
+            raise ValueError("mtp.loss_weight must be > 0")
+
+
+def text_config(target_config):
+    """The decoder's own config (multimodal wrappers hold it under text_config)."""
+    getter = getattr(target_config, "get_text_config", None)
+    return getter(decoder=True) if getter else target_config
+
+
+def block_config(target_config, depth: int):
+    """A copy of the target's text config under which decoder layers N .. N + D - 1 exist
+    (extra layer types are full attention) and attention takes explicit boolean masks."""
+    config = copy.deepcopy(text_config(target_config))
+    layers = config.num_hidden_layers
+    layer_types = getattr(config, "layer_types", None)
+    if layer_types is not None:
+        config.layer_types = [*list(layer_types)[:layers], *["full_attention"] * depth]
+    config.num_hidden_layers = layers + depth
+    config._attn_implementation = "sdpa"
+    return config
+
+
+class MtpDrafter(nn.Module):
+    """D MTP modules over a target; `attach_target` shares its embeddings, head and rotary."""
+
+    def __init__(
+        self, target_config, depth: int, layer_class: type, norm_class: type, num_layers: int
+    ) -> None:
+        from transformers.modeling_layers import MtpLayer
+
+        super().__init__()
+        self.depth, self.num_target_layers = depth, num_layers
+        config = block_config(target_config, depth)
+        self.block_config = config
+        self.layers = nn.ModuleList(
+            MtpLayer(config, layer_class, norm_class, num_layers + k, use_post_norm=True)
+            for k in range(depth)
+        )
+        for k, layer in enumerate(self.layers):
+            layer.mtp_block.self_attn.layer_idx = k  # module k is layer k of the drafter's cache
+        self.fields = {
+            "model_type": "mtp",
+            "architectures": [ARCHITECTURE],
+            "num_nextn_predict_layers": depth,
+            "num_target_layers": num_layers,
+            "decoder_layer_class": layer_class.__name__,
+            "norm_class": norm_class.__name__,
+            "hidden_size": config.hidden_size,
+            "vocab_size": config.vocab_size,
+            "max_position_embeddings": getattr(config, "max_position_embeddings", None),
+            "hidden_state_layers": [num_layers],
+            "target_config": text_config(target_config).to_dict(),
+        }
+        # shared with the target, never saved
+        self.embed_tokens: nn.Module | None = None
+        self.target_lm_head: nn.Module | None = None
+        self.rotary: nn.Module | None = None
+
+    @property
+    def layers_read(self) -> tuple[int, ...]:
+        """The target's HF hidden-state index the first module reads (its final, N)."""
+        return (self.num_target_layers,)
+
+    def attach_target(self, embed_tokens: nn.Module, lm_head: nn.Module, rotary) -> None:
+        """Share the target's embeddings, head and rotary embedding (not submodules)."""
+        object.__setattr__(self, "embed_tokens", embed_tokens)
+        object.__setattr__(self, "target_lm_head", lm_head)
+        object.__setattr__(self, "rotary", rotary)
+
+    def drafter_state_dict(self) -> dict[str, torch.Tensor]:
+        """The modules' own tensors."""
+        return dict(self.state_dict())
+
+    def save_pretrained(
+        self, path: Path, safe_serialization: bool = True, state_dict: dict | None = None
+    ) -> None:
+        """Write config.json (the target's config plus the MTP fields) and model.safetensors."""
+        from safetensors.torch import save_file
+
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        (path / "config.json").write_text(json.dumps(self.fields, indent=1, default=str))
+        tensors = self.drafter_state_dict() if state_dict is None else state_dict
+        tensors = {k: v.detach().contiguous() for k, v in tensors.items()}
+        save_file(tensors, str(path / WEIGHTS_FILE), metadata={"format": "pt"})
+
+    # -- one module ----------------------------------------------------------------------
+    def module(
+        self,
+        k: int,
+        input_ids: torch.Tensor,  # [b, s]: x_{i+k+1} at each position i
+        previous: torch.Tensor,  # [b, s, h]: h^k_i
+        positions: torch.Tensor,  # [b, s]: rotary positions (i + k)
+        mask: torch.Tensor | None,  # [b|1, 1, s, kv] bool; None: see every cached entry
+        cache=None,  # a transformers DynamicCache (layer k is this module's), or None
+    ) -> torch.Tensor:
+        """Module k's output h^{k+1} [b, s, h] (post-norm: the head reads it directly)."""
+        layer = self.layers[k]
+        embeds = self.embed_tokens(input_ids).to(previous.dtype)
+        if mask is None and cache is not None:
+            total = cache.get_seq_length(k) + input_ids.shape[1]
+            mask = torch.ones(1, 1, input_ids.shape[1], total, dtype=torch.bool)
+            mask = mask.to(input_ids.device)
+        rotary = self.rotary(embeds, positions)
+        return layer(
+            embeds,
+            previous,
+            position_embeddings=rotary,
+            attention_mask=mask,
+            position_ids=positions,
+            cache=cache,
+            use_cache=cache is not None,
+        )
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The target's head over module outputs."""
+        return self.target_lm_head(hidden.to(self.target_lm_head.weight.dtype))
+
+    # -- training forward ----------------------------------------------------------------
+    def forward(
+        self,
+        input_ids: torch.Tensor,  # [b, s]: the sequence
+        states: torch.Tensor,  # [b, s, h]: the target's final post-norm states
+        positions: torch.Tensor,  # [b, s]
+        allowed: torch.Tensor,  # [b, 1, s, s] bool: causal within each packed sample
+        select: list[torch.Tensor],  # per depth, [b, s] bool: positions to return
+    ) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Per depth k: (hidden [n_k, h], logits [n_k, V]) at the selected positions. Depth k
+        reads depth k - 1's own outputs (training-time unrolling), never the target's."""
+        from .eagle import shift
+
+        outputs = []
+        previous = states
+        for k, keep in enumerate(select):
+            previous = self.module(k, shift(input_ids, k + 1), previous, positions + k, allowed)
+            outputs.append((previous[keep], self.logits(previous[keep])))
+        return outputs
+
+
+def target_classes(target) -> tuple[type, type]:
+    """(decoder layer class, norm class) of a `TargetAdapter`'s model, as transformers'
+    `MtpModel` infers them (the last layer's class and its first norm's class)."""
+    layer = target.decoder_layers[-1]
+    norm = getattr(layer, "input_layernorm", None)
+    if norm is None:
+        raise TargetError(
+            f"{type(layer).__name__} has no input_layernorm; MTP modules need a pre-norm "
+            "decoder layer"
+        )
+    return type(layer), type(norm)
+
+
+def target_rotary(target):
+    """The target's rotary embedding module (shared by the MTP blocks)."""
+    decoder = target.model.get_decoder()
+    rotary = getattr(decoder, "rotary_emb", None)
+    if rotary is None:
+        raise TargetError(f"{type(decoder).__name__} has no rotary_emb to share with MTP modules")
+    return rotary
+
+
+def build_mtp(config: MtpConfig, target) -> MtpDrafter:
+    """Fresh modules for `target` (a `TargetAdapter`); each post_norm starts as the target's
+    final norm, so an untrained module's output reads like a target state."""
+    layer_class, norm_class = target_classes(target)
+    drafter = MtpDrafter(target.config, config.depth, layer_class, norm_class, target.num_layers)
+    norm_weight = getattr(target.final_norm, "weight", None)
+    if norm_weight is not None and norm_weight.device.type != "meta":
+        with torch.no_grad():
+            for layer in drafter.layers:
+                layer.post_norm.weight.copy_(norm_weight.to(layer.post_norm.weight))
+    drafter.attach_target(target.embed_tokens, target.lm_head, target_rotary(target))
+    return drafter
+
+
+def load_mtp(path: Path, target, dtype: torch.dtype = torch.float32) -> MtpDrafter:
+    """A saved MTP drafter, checked against `target` (a `TargetAdapter`) and attached to it."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    from .drafter_io import DrafterError, check_drafter_target
+
+    path = Path(path)
+    record = check_drafter_target(path, target.fingerprint())
+    if record["family"] != FAMILY:
+        raise DrafterError(f"{path} holds a {record['family']!r} drafter, not an MTP one")
+    fields = json.loads((path / "config.json").read_text())
+    layer_class, norm_class = target_classes(target)
+    if fields["decoder_layer_class"] != layer_class.__name__:
+        raise DrafterError(
+            f"{path}: modules built on {fields['decoder_layer_class']}, the target's layers are "
+            f"{layer_class.__name__}"
+        )
+    try:
+        tensors = load_file(str(path / WEIGHTS_FILE))
+    except (SafetensorError, OSError) as err:
+        raise DrafterError(f"{path / WEIGHTS_FILE} cannot be read: {err}") from err
+    drafter = MtpDrafter(
+        target.config,
+        fields["num_nextn_predict_layers"],
+        layer_class,
+        norm_class,
+        target.num_layers,
+    )
+    result = drafter.load_state_dict(tensors, strict=False)
+    if result.missing_keys or result.unexpected_keys:
+        raise DrafterError(
+            f"{path}: weights do not match an MTP drafter of depth {drafter.depth} "
+            f"(missing {result.missing_keys}, unexpected {result.unexpected_keys})"
+        )
+    drafter = drafter.to(dtype=dtype, device=target.lm_head.weight.device).eval()
+    drafter.attach_target(target.embed_tokens, target.lm_head, target_rotary(target))
+    return drafter

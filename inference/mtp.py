@@ -1,0 +1,172 @@
+"""The MTP proposer: D sequential modules draft a chain from the target's final state.
+
+Module k at position p reads h^k_p (k = 0: the target's state, handed over by the generate
+loop after every verification as for EAGLE; k > 0: module k - 1's output at p) and token
+x_{p+k+1}, so its entries are real once x_{p+k+1} is committed. Each round, with c committed
+tokens:
+
+1. catch up: every module k feeds its new real entries (p < c - 1 - k) into its layer of the
+   drafter's cache; they stay, and their outputs are module k + 1's inputs;
+2. module 0's output at c - 2 drafts d_1; module k (1 <= k < D) then feeds its entries at
+   p = c - 1 - k .. c - 2, whose tokens are committed ones or the drafts d_1..d_k and whose
+   inputs are module k - 1's real or just-drafted outputs, and its output at c - 2 drafts
+   d_{k+1} — exactly the pattern it was trained on;
+3. past D tokens the last module is reused on its own output, one position further each step
+   (as vLLM does when more tokens are asked than modules exist);
+4. everything drafted is cropped from the cache, so the next round starts from real entries.
+
+Greedy drafts are each module's argmax; at T > 0 each draft is sampled from its q, which is
+returned for lossless acceptance.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from ..architectures.mtp import MtpDrafter, load_mtp
+from ..architectures.target import TargetAdapter
+from .proposers import Proposer
+from .sampling import SamplingParams, probabilities, sample
+from .tree import Proposal
+
+
+class MtpProposer(Proposer):
+    """Drafts chains with an `MtpDrafter` (trees are not offered: one path per module)."""
+
+    def __init__(self, drafter: MtpDrafter) -> None:
+        self.drafter = drafter.eval()
+        self.target_layers = drafter.layers_read
+        weight = drafter.layers[0].eh_proj.weight
+        self.device, self.dtype = weight.device, weight.dtype
+        self.reset()
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path, target, tokenizer=None) -> MtpProposer:
+        """Load an MTP drafter folder for `target` (a transformers causal LM), checked."""
+        adapter = TargetAdapter(target, tokenizer)
+        return cls(load_mtp(Path(path), adapter, dtype=target.dtype))
+
+    def reset(self) -> None:
+        """Forget the request: empty cache and states."""
+        from transformers import DynamicCache
+
+        depth = self.drafter.depth
+        self.cache = DynamicCache()
+        self.fed = [0] * depth  # real entries in module k's cache
+        #: module k's inputs at real positions: the target's states (k = 0) or module k-1's
+        #: real outputs
+        self.inputs: list[torch.Tensor] = [
+            torch.empty(0, self.drafter.fields["hidden_size"], device=self.device, dtype=self.dtype)
+            for _ in range(depth)
+        ]
+        self.last: torch.Tensor | None = None  # module 0's output at the last real position
+
+    def cache_nbytes(self) -> int:
+        """Bytes held by the modules' KV cache."""
+        from .kv_cache import cache_nbytes
+
+        return cache_nbytes(self.cache)
+
+    def observe(self, states: torch.Tensor) -> None:
+        """Target states [n, h] of the next n committed positions."""
+        if len(states):
+            self.inputs[0] = torch.cat([self.inputs[0], states.to(self.device, self.dtype)])
+
+    # -- feeding ---------------------------------------------------------------------------
+    def _feed(self, k: int, previous: torch.Tensor, ids: list[int], first: int) -> torch.Tensor:
+        """Module k over positions first.. (len(ids) of them) after its cached entries, each
+        seeing the cache and the new entries up to itself; outputs [n, h]."""
+        n = len(ids)
+        cached = self.cache.get_seq_length(k) if k < len(self.cache.layers) else 0
+        total = cached + n
+        mask = torch.ones(n, total, dtype=torch.bool, device=self.device).tril(total - n)
+        positions = torch.arange(first + k, first + k + n, device=self.device)[None]
+        tokens = torch.tensor([ids], device=self.device)
+        out = self.drafter.module(
+            k, tokens, previous[None], positions, mask[None, None], self.cache
+        )
+        return out[0]
+
+    def _catch_up(self, context: list[int]) -> bool:
+        """Feed every module's new real entries; False when no state exists yet."""
+        c = len(context)
+        if len(self.inputs[0]) != c - 1:
+            if c == 1 and not len(self.inputs[0]):
+                return False
+            raise RuntimeError(
+                f"target states cover {len(self.inputs[0])} positions, the context has {c} "
+                "tokens; every committed position but the last needs its state"
+            )
+        for k in range(self.drafter.depth):
+            start, end = self.fed[k], min(len(self.inputs[k]), c - 1 - k)
+            if end <= start:
+                continue
+            ids = context[start + k + 1 : end + k + 1]
+            out = self._feed(k, self.inputs[k][start:end], ids, start)
+            self.fed[k] = end
+            if k + 1 < self.drafter.depth:
+                self.inputs[k + 1] = torch.cat([self.inputs[k + 1], out])
+            if k == 0:
+                self.last = out[-1]
+        return self.last is not None
+
+    # -- drafting --------------------------------------------------------------------------
+    @torch.no_grad()
+    def propose(
+        self,
+        context: list[int],
+        max_tokens: int,
+        params: SamplingParams,
+        generator: torch.Generator | None,
+    ) -> Proposal:
+        if not self._catch_up(context) or max_tokens <= 0:
+            return Proposal.chain([])
+        try:
+            return self._chain(context, max_tokens, params, generator)
+        finally:
+            for k, layer in enumerate(self.cache.layers):
+                if getattr(layer, "keys", None) is None:
+                    continue
+                layer.keys = layer.keys[..., : self.fed[k], :]
+                layer.values = layer.values[..., : self.fed[k], :]
+
+    def _chain(self, context, max_tokens, params, generator) -> Proposal:
+        c, depth = len(context), self.drafter.depth
+        drafts: list[int] = []
+        qs: list[torch.Tensor] = []
+
+        def draw(hidden: torch.Tensor) -> None:
+            logits = self.drafter.logits(hidden).float()
+            if params.greedy:
+                drafts.append(int(logits.argmax()))
+            else:
+                q = probabilities(logits, params)
+                drafts.append(sample(q, generator))
+                qs.append(q)
+
+        def token(i: int) -> int:
+            return context[i] if i < c else drafts[i - c]
+
+        draw(self.last)
+        spec = self.last.new_empty(
+            0, self.last.shape[-1]
+        )  # module k-1's outputs at its drafted positions: none yet
+        hidden = self.last
+        for k in range(1, min(depth, max_tokens)):
+            start = self.fed[k]
+            previous = torch.cat([self.inputs[k][start:], spec])
+            ids = [token(p + k + 1) for p in range(start, c - 1)]
+            spec = self._feed(k, previous, ids, start)
+            hidden = spec[-1]
+            draw(hidden)
+        # past the modules: the last one again, on its own output, one position further
+        last_module, position = min(depth, max_tokens) - 1, c - 1
+        while len(drafts) < max_tokens:
+            out = self._feed(last_module, hidden[None], [drafts[-1]], position)
+            hidden, position = out[-1], position + 1
+            draw(hidden)
+        if params.greedy:
+            return Proposal.chain(drafts)
+        return Proposal.chain(drafts, torch.stack(qs))
