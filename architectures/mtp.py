@@ -155,7 +155,9 @@ class MtpDrafter(nn.Module):
         """Module k's output h^{k+1} [b, s, h] (post-norm: the head reads it directly)."""
         layer = self.layers[k]
         embeds = self.embed_tokens(input_ids).to(previous.dtype)
-        if mask is None and cache is not None:
+        if mask is None and cache is not None and input_ids.shape[1] > 1:
+            # several new entries that see everything: say so (no mask would mean causal); one
+            # entry needs none, which lets attention read grouped keys in place
             total = cache.get_seq_length(k) + input_ids.shape[1]
             mask = torch.ones(1, 1, input_ids.shape[1], total, dtype=torch.bool)
             mask = mask.to(input_ids.device)

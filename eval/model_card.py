@@ -25,7 +25,11 @@ FAMILY_NAMES = {
 
 
 def _article(noun: str) -> str:
-    return f"{'An' if noun[0] in 'AEIOU' else 'A'} {noun}"
+    """ "A" or "An" by sound: an acronym read letter by letter (MTP) by its first letter's name."""
+    first = noun.split()[0].split("-")[0]
+    spelled = first.isupper() and len(first) <= 4
+    vowel_sound = noun[0] in ("AEFHILMNORSX" if spelled else "AEIOU")
+    return f"{'An' if vowel_sound else 'A'} {noun}"
 
 
 def eval_command(report: dict[str, Any], drafter: str) -> str:
@@ -128,6 +132,7 @@ CARD_TRAINING_FIELDS = (
     "head_top5_accuracy",
     "heldout_top1_accuracy",
     "heldout_top5_accuracy",
+    "depth_accuracy",
 )
 
 

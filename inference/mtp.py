@@ -79,14 +79,15 @@ class MtpProposer(Proposer):
         """Module k over positions first.. (len(ids) of them) after its cached entries, each
         seeing the cache and the new entries up to itself; outputs [n, h]."""
         n = len(ids)
-        cached = self.cache.get_seq_length(k) if k < len(self.cache.layers) else 0
-        total = cached + n
-        mask = torch.ones(n, total, dtype=torch.bool, device=self.device).tril(total - n)
+        mask = None  # one entry sees the whole cache and itself
+        if n > 1:
+            cached = self.cache.get_seq_length(k) if k < len(self.cache.layers) else 0
+            total = cached + n
+            mask = torch.ones(n, total, dtype=torch.bool, device=self.device).tril(total - n)
+            mask = mask[None, None]
         positions = torch.arange(first + k, first + k + n, device=self.device)[None]
         tokens = torch.tensor([ids], device=self.device)
-        out = self.drafter.module(
-            k, tokens, previous[None], positions, mask[None, None], self.cache
-        )
+        out = self.drafter.module(k, tokens, previous[None], positions, mask, self.cache)
         return out[0]
 
     def _catch_up(self, context: list[int]) -> bool:

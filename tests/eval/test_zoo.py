@@ -17,7 +17,7 @@ ENTRIES = ZooIndex(builtin_zoo_dir()).entries()
 
 def test_the_shipped_zoo_lists_every_testbed_family():
     families = {e["family"] for e in ENTRIES.values()}
-    assert families == {"draft_lm", "eagle1", "eagle3", "medusa1", "medusa2"}
+    assert families == {"draft_lm", "eagle1", "eagle3", "medusa1", "medusa2", "mtp"}
 
 
 @pytest.mark.parametrize("name", sorted(ENTRIES))
