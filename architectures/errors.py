@@ -10,3 +10,7 @@ from __future__ import annotations
 
 class DraftzooError(Exception):
     """Bad input, a refused request, or a file that is not what it should be."""
+
+
+class ExportError(DraftzooError, ValueError):
+    """A drafter that cannot be written in the asked format (`architectures/export.py`)."""

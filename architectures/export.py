@@ -42,7 +42,7 @@ from typing import Any
 import torch
 
 from .drafter_io import DrafterError, read_drafter_record, replace_dir
-from .errors import DraftzooError
+from .errors import ExportError
 
 FORMATS = {
     "eagle3": ("vllm", "sglang", "speculators"),
@@ -61,10 +61,6 @@ TOKENIZER_FILES = (
     "chat_template.jinja",
     "generation_config.json",
 )
-
-
-class ExportError(DraftzooError, ValueError):
-    """A drafter that cannot be written in the asked format."""
 
 
 def _read_weights(path: Path) -> dict[str, torch.Tensor]:

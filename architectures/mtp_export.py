@@ -20,6 +20,7 @@ import os
 import shutil
 from pathlib import Path
 
+from .errors import ExportError
 from .mtp_native import checkpoint_files, to_deepseek_layout
 
 #: target model types whose vLLM model reads `model.layers.{N+k}` MTP modules
@@ -30,8 +31,6 @@ INDEX_FILE = "model.safetensors.index.json"
 
 def check_servable(model_type: str) -> None:
     """Refuse a target whose MTP modules no engine serves."""
-    from .export import ExportError
-
     if model_type not in VLLM_MTP_TARGETS:
         raise ExportError(
             f"vLLM serves MTP modules only inside DeepSeek-style targets "
@@ -44,8 +43,6 @@ def export_mtp(drafter_dir: Path, out: Path, target_dir: Path, tensors: dict) ->
     """Write the target's checkpoint plus the modules in vLLM's layout into `out`."""
     from safetensors import safe_open
     from safetensors.torch import save_file
-
-    from .export import ExportError
 
     config = json.loads((drafter_dir / "config.json").read_text())
     check_servable(config["target_config"]["model_type"])
