@@ -151,9 +151,8 @@ class MtpProposer(Proposer):
             return context[i] if i < c else drafts[i - c]
 
         draw(self.last)
-        spec = self.last.new_empty(
-            0, self.last.shape[-1]
-        )  # module k-1's outputs at its drafted positions: none yet
+        # module k-1's outputs at the positions it drafted at: none for module 0
+        spec = self.last.new_empty(0, self.last.shape[-1])
         hidden = self.last
         for k in range(1, min(depth, max_tokens)):
             start = self.fed[k]
