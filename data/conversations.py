@@ -49,6 +49,8 @@ class RowReport:
     kept: int = 0
     malformed: Counter = field(default_factory=Counter)  # reason -> count
     examples: list[str] = field(default_factory=list)  # the first few "row N: reason"
+    #: regeneration: answers whose length was cut to the room the writer's context leaves
+    capped: int = 0
 
     def add_malformed(self, row: int, reason: str) -> None:
         self.malformed[reason] += 1
@@ -56,16 +58,25 @@ class RowReport:
             self.examples.append(f"row {row}: {reason}")
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "rows": self.rows,
             "kept": self.kept,
             "malformed": dict(self.malformed),
             "examples": list(self.examples),
         }
+        if self.capped:
+            out["capped"] = self.capped
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RowReport:
-        return cls(data["rows"], data["kept"], Counter(data["malformed"]), list(data["examples"]))
+        return cls(
+            data["rows"],
+            data["kept"],
+            Counter(data["malformed"]),
+            list(data["examples"]),
+            data.get("capped", 0),
+        )
 
     def summary(self) -> str:
         """One line for logs and the CLI."""

@@ -82,26 +82,43 @@ def _batches(samples: Iterator[Sample], size: int) -> Iterator[list[Sample]]:
         yield batch
 
 
+def answer_room(model, prompt_length: int, asked: int) -> int:
+    """New tokens a prompt of `prompt_length` leaves in `model`'s context (its
+    max_position_embeddings), at most `asked`; 0 when the prompt fills it."""
+    limit = getattr(model.config, "max_position_embeddings", None)
+    if limit is None:
+        return asked
+    return max(0, min(asked, limit - prompt_length))
+
+
 @torch.no_grad()
-def _answer(model, tokenizer, contexts: list[list[dict]], config: RegenerateConfig) -> list[str]:
-    """`model`'s answers to each context (a message list ending before an assistant turn)."""
+def _answer(
+    model, tokenizer, contexts: list[list[dict]], config: RegenerateConfig
+) -> tuple[list[str], int]:
+    """`model`'s answers to each context (a message list ending before an assistant turn), and
+    how many of them were capped to the room the writer's context leaves (the batch's longest
+    prompt sets it; a prompt that fills the context gets an empty answer, counted)."""
     prompts = [
         tokenizer.apply_chat_template(c, tokenize=False, add_generation_prompt=True)
         for c in contexts
     ]
     encoded = tokenizer(prompts, add_special_tokens=False, return_tensors="pt", padding=True)
     encoded = {k: v.to(model.device) for k, v in encoded.items()}
+    room = answer_room(model, encoded["input_ids"].shape[1], config.max_new_tokens)
+    capped = len(contexts) if room < config.max_new_tokens else 0
+    if room == 0:
+        return [""] * len(contexts), capped
     sampling = {"do_sample": False}
     if config.temperature > 0:
         sampling = {"do_sample": True, "temperature": config.temperature, "top_p": config.top_p}
     out = model.generate(
         **encoded,
-        max_new_tokens=config.max_new_tokens,
+        max_new_tokens=room,
         pad_token_id=tokenizer.pad_token_id,
         **sampling,
     )
     new = out[:, encoded["input_ids"].shape[1] :]
-    return [tokenizer.decode(ids, skip_special_tokens=True).strip() for ids in new]
+    return [tokenizer.decode(ids, skip_special_tokens=True).strip() for ids in new], capped
 
 
 def _prompt_tokens(tokenizer, sample: Sample) -> int:
@@ -114,8 +131,11 @@ def _prompt_tokens(tokenizer, sample: Sample) -> int:
     return len(tokenizer(prompt, add_special_tokens=False)["input_ids"])
 
 
-def _answer_turns(writer, tokenizer, batch: list[Sample], config: RegenerateConfig) -> dict:
-    """{row: messages with every assistant turn rewritten in order} for one batch."""
+def _answer_turns(
+    writer, tokenizer, batch: list[Sample], config: RegenerateConfig, report: RowReport
+) -> dict:
+    """{row: messages with every assistant turn rewritten in order} for one batch; capped
+    answers are counted in `report`."""
     rows = {s.row: list(s.messages) if s.messages else None for s in batch}
     turns = max((len(m) for m in rows.values() if m), default=0)
     for turn in range(turns):
@@ -124,7 +144,8 @@ def _answer_turns(writer, tokenizer, batch: list[Sample], config: RegenerateConf
         ]
         if not asking:
             continue
-        answers = _answer(writer, tokenizer, [rows[r][:turn] for r in asking], config)
+        answers, capped = _answer(writer, tokenizer, [rows[r][:turn] for r in asking], config)
+        report.capped += capped
         for r, answer in zip(asking, answers, strict=True):
             rows[r][turn] = {"role": "assistant", "content": answer}
     return rows
@@ -158,7 +179,7 @@ def regenerate(
             by_length = sorted(window, key=lambda s: _prompt_tokens(tokenizer, s))
             messages: dict[int, list[dict] | None] = {}
             for batch in _batches(iter(by_length), config.batch_size):
-                messages.update(_answer_turns(writer, tokenizer, batch, config))
+                messages.update(_answer_turns(writer, tokenizer, batch, config, report))
             for sample in window:
                 record = {"row": sample.row}
                 if sample.text is not None:
@@ -169,5 +190,11 @@ def regenerate(
             handle.flush()
             os.fsync(handle.fileno())
             written += len(window)
+    if report.capped:
+        logger.warning(
+            "%d answers were cut to the room the writer's context (%s positions) leaves",
+            report.capped,
+            getattr(writer.config, "max_position_embeddings", "?"),
+        )
     logger.info("regenerated %d rows into %s (%s)", written, output, report.summary())
     return written, report

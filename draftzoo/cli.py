@@ -238,6 +238,8 @@ def _regenerate(args: argparse.Namespace) -> int:
         writer = writer.to(target.model.device).eval()
     written, report = regenerate(target, recipe.data, Path(args.output), config, writer)
     print(f"data: {report.summary()}")
+    if report.capped:
+        print(f"capped: {report.capped} answers cut to the room the writer's context leaves")
     print(f"wrote {written} regenerated rows to {args.output}")
     return 0
 

@@ -134,3 +134,38 @@ def test_batches_group_prompts_by_length_and_rows_keep_their_order(
         assert [r["messages"][0]["content"].count("word") for r in rows] == words
     with pytest.raises(ValueError, match="sort_window"):
         RegenerateConfig(sort_window=0)
+
+
+def test_answers_are_capped_to_the_room_the_writers_context_leaves(testbed_tiny, tmp_path):
+    """A prompt near the writer's 512 positions gets only the room left (counted); one that
+    fills the context gets an empty answer (counted); a short one is not capped."""
+    target = load_target(TargetSpec(path=str(testbed_tiny[0])), "cpu")
+    tokenizer = target.tokenizer
+    limit = target.model.config.max_position_embeddings
+    words = "def add(a, b): return a + b\n"
+
+    def prompt_length(text: str) -> int:
+        prompt = tokenizer.apply_chat_template(
+            [{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True
+        )
+        return len(tokenizer(prompt, add_special_tokens=False)["input_ids"])
+
+    near = words
+    while prompt_length(near + words) < limit - 10:
+        near += words
+    rows = [("short", "Say hi."), ("near", near), ("over", near + words * 8)]
+    source = tmp_path / "long.jsonl"
+    with source.open("w") as handle:
+        for _, text in rows:
+            messages = [{"role": "user", "content": text}, {"role": "assistant", "content": "x"}]
+            handle.write(json.dumps({"messages": messages}) + "\n")
+    out = tmp_path / "o.jsonl"
+    config = RegenerateConfig(max_new_tokens=64, batch_size=1)
+    written, report = regenerate(target, DataConfig(source=str(source)), out, config)
+    assert written == 3 and report.capped == 2
+    answers = [json.loads(line)["messages"][1]["content"] for line in out.read_text().splitlines()]
+    room = limit - prompt_length(near)
+    assert 0 < room < 64
+    assert len(tokenizer(answers[1], add_special_tokens=False)["input_ids"]) <= room
+    assert answers[2] == ""  # the prompt alone fills the context
+    assert "capped" in report.to_dict() and RowReport.from_dict(report.to_dict()).capped == 2
