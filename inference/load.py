@@ -161,7 +161,13 @@ def _draft_lm(folder, target, tokenizer, tree, static_cache):
     if not vocabularies_match(AutoTokenizer.from_pretrained(folder), tokenizer):
         raise ProposerError(f"drafter {folder} does not share the target's tokenizer")
     device = next(target.parameters()).device
-    draft = AutoModelForCausalLM.from_pretrained(folder, dtype=target.dtype).to(device).eval()
+    if not (Path(folder) / "model.safetensors").is_file():
+        raise DrafterError(
+            f"drafter {folder} has no model.safetensors; draftzoo reads drafters as safetensors "
+            "and JSON only (a pickle-based file such as pytorch_model.bin could run code)"
+        )
+    draft = AutoModelForCausalLM.from_pretrained(folder, dtype=target.dtype, use_safetensors=True)
+    draft = draft.to(device).eval()
 
     def make() -> Proposer:
         return DraftModelProposer(draft, None, None, static_cache=static_cache)

@@ -113,3 +113,24 @@ def test_a_drafter_whose_record_names_no_target_needs_one(tmp_path):
     target, tokenizer = load_target("testbed-small")
     generator = draftzoo.load(folder, target, tokenizer)
     assert generator.generate("def f(x):", SamplingParams(max_new_tokens=4)).token_ids
+
+
+def test_a_draft_lm_shipping_pickled_weights_is_refused(tmp_path):
+    """A stranger's draft-LM folder whose weights are a pickle (pytorch_model.bin) is refused
+    before anything is unpickled; the same folder with safetensors loads."""
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file
+
+    from draftzoo.architectures.drafter_io import DrafterError
+    from draftzoo.inference.load import load_drafter, load_target
+
+    folder = tmp_path / "draft"
+    shutil.copytree(ZooIndex(builtin_zoo_dir()).folder("draft-lm-testbed-small"), folder)
+    model, tokenizer = load_target("testbed-small")
+    assert load_drafter(folder, model, tokenizer, "chain", 3).family == "draft_lm"
+    torch.save(load_file(folder / "model.safetensors"), folder / "pytorch_model.bin")
+    (folder / "model.safetensors").unlink()
+    with pytest.raises(DrafterError, match="safetensors and JSON only"):
+        load_drafter(folder, model, tokenizer, "chain", 3)
