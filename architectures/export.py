@@ -283,7 +283,6 @@ def export_drafter(
     against (skipped when None). `verifier`: the target's name or path recorded by formats that
     name it (`speculators`); defaults to the recipe's target.
     """
-    from safetensors.torch import save_file
 
     path, output_dir = Path(path), Path(output_dir)
     record = read_drafter_record(path)
@@ -291,10 +290,23 @@ def export_drafter(
     if fmt not in FORMATS.get(family, ()):
         known = ", ".join(FORMATS.get(family, ())) or "none"
         raise ExportError(f"a {family} drafter exports to: {known} (asked for {fmt!r})")
-    config = json.loads((path / "config.json").read_text())
     tmp = output_dir.with_name(output_dir.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
+    try:
+        _fill(path, tmp, record, fmt, target_config, verifier, speculative_tokens)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)  # a refused or failed export leaves nothing
+        raise
+    return replace_dir(tmp, output_dir)
+
+
+def _fill(path, tmp, record, fmt, target_config, verifier, speculative_tokens) -> None:
+    """Write the export of drafter `path` into the empty folder `tmp`."""
+    from safetensors.torch import save_file
+
+    family = record["family"]
+    config = json.loads((path / "config.json").read_text())
     for name in TOKENIZER_FILES:
         if (path / name).is_file():
             shutil.copy2(path / name, tmp / name)
@@ -305,15 +317,15 @@ def export_drafter(
         export_mtp(
             path, tmp, Path(target_location(verifier or _recorded(record))), _read_weights(path)
         )
-        return replace_dir(tmp, output_dir)
+        return
     if family == "draft_lm":
         shutil.copy2(path / "config.json", tmp / "config.json")
         shutil.copy2(path / "model.safetensors", tmp / "model.safetensors")
-        return replace_dir(tmp, output_dir)
+        return
 
     _check_positions(config, target_config)
     tensors = _read_weights(path)
-    verifier = verifier or str(record.get("recipe", {}).get("target", {}).get("path", ""))
+    verifier = verifier or _recorded(record)
     if family == "eagle3":
         out, weights = _eagle3(config, record, tensors, fmt, verifier, speculative_tokens)
     elif family in ("medusa1", "medusa2") and fmt == "medusa":
@@ -330,4 +342,3 @@ def export_drafter(
     save_file(weights, str(tmp / weights_file), metadata={"format": "pt"})
     if family == "medusa2":
         _merged_target(path, verifier, tmp / "target")
-    return replace_dir(tmp, output_dir)

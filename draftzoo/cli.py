@@ -703,7 +703,8 @@ def _add_zoo_commands(commands) -> None:
         help="write a drafter in the layout vLLM, SGLang or speculators loads",
         description="eagle3: vllm | sglang | speculators; eagle1: vllm; medusa1, medusa2: "
         "vllm | medusa (the Medusa reference layout; a Medusa-2 export adds the adapted target "
-        "in target/); draft_lm: hf.",
+        "in target/); mtp: vllm (DeepSeek-style targets: the target's checkpoint plus the "
+        "modules, for vLLM's deepseek_mtp); draft_lm: hf.",
     )
     exp.add_argument("drafter", help="a drafter folder or a zoo name")
     exp.add_argument("--format", required=True, choices=["vllm", "sglang", "speculators", "hf"])

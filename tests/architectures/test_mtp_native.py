@@ -254,4 +254,4 @@ def test_export_refuses_targets_no_engine_serves_with_mtp(testbed_tiny, tmp_path
     save_drafter(drafter, tmp_path / "d", "mtp", target.fingerprint(), recipe, "none", [2])
     with pytest.raises(ExportError, match="only inside DeepSeek-style targets"):
         export_drafter(tmp_path / "d", tmp_path / "out", "vllm")
-    assert not (tmp_path / "out").exists()
+    assert not (tmp_path / "out").exists() and not (tmp_path / "out.tmp").exists()
