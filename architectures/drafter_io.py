@@ -19,6 +19,7 @@ from .errors import DraftzooError
 from .target import TargetFingerprint
 
 RECORD_FILE = "draftzoo.json"
+WEIGHTS_FILE = "model.safetensors"
 RECORD_VERSION = 1
 #: the files that define a drafter; its checkpoint hash covers exactly these
 DEFINING_FILES = ("config.json", "model.safetensors", RECORD_FILE)
@@ -74,6 +75,29 @@ def replace_dir(tmp: Path, output_dir: Path) -> Path:
     else:
         os.replace(tmp, output_dir)
     return output_dir
+
+
+def write_drafter_files(path: Path, config: dict[str, Any], tensors: dict) -> None:
+    """A drafter module's own files: `config.json` and its tensors in `model.safetensors`."""
+    from safetensors.torch import save_file
+
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "config.json").write_text(json.dumps(config, indent=1, default=str))
+    tensors = {k: v.detach().contiguous() for k, v in tensors.items()}
+    save_file(tensors, str(path / WEIGHTS_FILE), metadata={"format": "pt"})
+
+
+def read_drafter_weights(path: Path) -> dict:
+    """The tensors of a drafter folder's `model.safetensors` (never a pickle)."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    file = Path(path) / WEIGHTS_FILE
+    try:
+        return load_file(str(file))
+    except (SafetensorError, OSError) as err:
+        raise DrafterError(f"{file} cannot be read: {err}") from err
 
 
 def read_drafter_record(path: Path) -> dict[str, Any]:

@@ -32,7 +32,6 @@ KINDS = ("eagle1", "eagle3")
 TOKEN_LOSSES = ("ce", "tvd")
 #: the `architectures` name in draftzoo's own config.json (engine formats come from exporters)
 ARCHITECTURES = {"eagle1": "DraftzooEagle1", "eagle3": "DraftzooEagle3"}
-WEIGHTS_FILE = "model.safetensors"
 
 
 @dataclass(frozen=True)
@@ -297,20 +296,16 @@ class EagleDrafter(nn.Module):
         self, path: Path, safe_serialization: bool = True, state_dict: dict | None = None
     ) -> None:
         """Write config.json (Llama names + EAGLE fields) and model.safetensors."""
-        from safetensors.torch import save_file
+        from .drafter_io import write_drafter_files
 
-        path = Path(path)
-        path.mkdir(parents=True, exist_ok=True)
         config = {
             **self.fields,
             "architectures": [ARCHITECTURES[self.kind]],
             "hidden_state_layers": list(self.layers),
             "layer_convention": "hf_hidden_states (index k = input to decoder layer k)",
         }
-        (path / "config.json").write_text(json.dumps(config, indent=1))
         tensors = self.drafter_state_dict() if state_dict is None else state_dict
-        tensors = {k: v.detach().contiguous() for k, v in tensors.items()}
-        save_file(tensors, str(path / WEIGHTS_FILE), metadata={"format": "pt"})
+        write_drafter_files(path, config, tensors)
 
     @property
     def draft_vocab_size(self) -> int:
@@ -513,10 +508,7 @@ def load_eagle(path: Path, target, dtype: torch.dtype = torch.float32) -> EagleD
 
     Refuses another target (fingerprint), missing layers, and any missing or unexpected weight.
     """
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-
-    from .drafter_io import DrafterError, check_drafter_target
+    from .drafter_io import DrafterError, check_drafter_target, read_drafter_weights
 
     path = Path(path)
     record = check_drafter_target(path, target.fingerprint())
@@ -525,10 +517,7 @@ def load_eagle(path: Path, target, dtype: torch.dtype = torch.float32) -> EagleD
     fields = json.loads((path / "config.json").read_text())
     layers = tuple(fields["hidden_state_layers"])
     target.check_layer_indices(layers)
-    try:
-        tensors = load_file(str(path / WEIGHTS_FILE))
-    except (SafetensorError, OSError) as err:
-        raise DrafterError(f"{path / WEIGHTS_FILE} cannot be read: {err}") from err
+    tensors = read_drafter_weights(path)
     drafter = EagleDrafter(fields, layers)
     result = drafter.load_state_dict(tensors, strict=False)
     missing = [k for k in result.missing_keys if not k.startswith("rotary.")]

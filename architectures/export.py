@@ -41,7 +41,7 @@ from typing import Any
 
 import torch
 
-from .drafter_io import DrafterError, read_drafter_record, replace_dir
+from .drafter_io import read_drafter_record, read_drafter_weights, replace_dir
 from .errors import ExportError
 
 FORMATS = {
@@ -61,16 +61,6 @@ TOKENIZER_FILES = (
     "chat_template.jinja",
     "generation_config.json",
 )
-
-
-def _read_weights(path: Path) -> dict[str, torch.Tensor]:
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-
-    try:
-        return load_file(str(path / "model.safetensors"))
-    except (SafetensorError, OSError) as err:
-        raise DrafterError(f"{path / 'model.safetensors'} cannot be read: {err}") from err
 
 
 def _llama_fields(config: dict[str, Any]) -> dict[str, Any]:
@@ -315,7 +305,10 @@ def _fill(path, tmp, record, fmt, target_config, verifier, speculative_tokens) -
         from .mtp_export import export_mtp
 
         export_mtp(
-            path, tmp, Path(target_location(verifier or _recorded(record))), _read_weights(path)
+            path,
+            tmp,
+            Path(target_location(verifier or _recorded(record))),
+            read_drafter_weights(path),
         )
         return
     if family == "draft_lm":
@@ -324,7 +317,7 @@ def _fill(path, tmp, record, fmt, target_config, verifier, speculative_tokens) -
         return
 
     _check_positions(config, target_config)
-    tensors = _read_weights(path)
+    tensors = read_drafter_weights(path)
     verifier = verifier or _recorded(record)
     if family == "eagle3":
         out, weights = _eagle3(config, record, tensors, fmt, verifier, speculative_tokens)

@@ -22,7 +22,6 @@ from torch import nn
 from .drafter_io import DrafterError
 from .target import TargetError
 
-WEIGHTS_FILE = "model.safetensors"
 #: Medusa-1: heads on the frozen target; Medusa-2: heads trained with a LoRA on the target
 FAMILIES = ("medusa1", "medusa2")
 
@@ -93,14 +92,10 @@ class MedusaHeads(nn.Module):
         self, path: Path, safe_serialization: bool = True, state_dict: dict | None = None
     ) -> None:
         """Write config.json (the heads' fields) and model.safetensors."""
-        from safetensors.torch import save_file
+        from .drafter_io import write_drafter_files
 
-        path = Path(path)
-        path.mkdir(parents=True, exist_ok=True)
-        (path / "config.json").write_text(json.dumps(self.fields, indent=1))
         tensors = state_dict if state_dict is not None else self.state_dict()
-        tensors = {k: v.detach().contiguous() for k, v in tensors.items()}
-        save_file(tensors, str(path / WEIGHTS_FILE), metadata={"format": "pt"})
+        write_drafter_files(path, self.fields, tensors)
 
 
 def medusa_fields(config: MedusaConfig, target, family: str = "medusa1") -> dict:
@@ -141,20 +136,14 @@ def medusa_head_count(path: Path) -> int:
 def load_medusa(path: Path, target, dtype: torch.dtype = torch.float32) -> MedusaHeads:
     """Saved heads, checked against `target` (a `TargetAdapter`): fingerprint, and every weight
     present and expected."""
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-
-    from .drafter_io import check_drafter_target
+    from .drafter_io import check_drafter_target, read_drafter_weights
 
     path = Path(path)
     record = check_drafter_target(path, target.fingerprint())
     if record["family"] not in FAMILIES:
         raise DrafterError(f"{path} holds a {record['family']!r} drafter, not Medusa heads")
     fields = json.loads((path / "config.json").read_text())
-    try:
-        tensors = load_file(str(path / WEIGHTS_FILE))
-    except (SafetensorError, OSError) as err:
-        raise DrafterError(f"{path / WEIGHTS_FILE} cannot be read: {err}") from err
+    tensors = read_drafter_weights(path)
     heads = MedusaHeads(fields)
     result = heads.load_state_dict(tensors, strict=False)
     if result.missing_keys or result.unexpected_keys:

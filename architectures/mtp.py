@@ -30,7 +30,6 @@ from .target import TargetError
 
 FAMILY = "mtp"
 ARCHITECTURE = "DraftzooMtp"
-WEIGHTS_FILE = "model.safetensors"
 INIT_FROM = ("scratch", "native")
 LOSSES = ("ce", "distill")
 
@@ -133,14 +132,10 @@ class MtpDrafter(nn.Module):
         self, path: Path, safe_serialization: bool = True, state_dict: dict | None = None
     ) -> None:
         """Write config.json (the target's config plus the MTP fields) and model.safetensors."""
-        from safetensors.torch import save_file
+        from .drafter_io import write_drafter_files
 
-        path = Path(path)
-        path.mkdir(parents=True, exist_ok=True)
-        (path / "config.json").write_text(json.dumps(self.fields, indent=1, default=str))
         tensors = self.drafter_state_dict() if state_dict is None else state_dict
-        tensors = {k: v.detach().contiguous() for k, v in tensors.items()}
-        save_file(tensors, str(path / WEIGHTS_FILE), metadata={"format": "pt"})
+        write_drafter_files(path, self.fields, tensors)
 
     # -- one module ----------------------------------------------------------------------
     def module(
@@ -149,18 +144,14 @@ class MtpDrafter(nn.Module):
         input_ids: torch.Tensor,  # [b, s]: x_{i+k+1} at each position i
         previous: torch.Tensor,  # [b, s, h]: h^k_i
         positions: torch.Tensor,  # [b, s]: rotary positions (i + k)
-        mask: torch.Tensor | None,  # [b|1, 1, s, kv] bool; None: see every cached entry
+        #: [b|1, 1, s, kv] bool; None only for one new entry, which sees the whole cache (and
+        #: lets attention read grouped keys in place)
+        mask: torch.Tensor | None,
         cache=None,  # a transformers DynamicCache (layer k is this module's), or None
     ) -> torch.Tensor:
         """Module k's output h^{k+1} [b, s, h] (post-norm: the head reads it directly)."""
         layer = self.layers[k]
         embeds = self.embed_tokens(input_ids).to(previous.dtype)
-        if mask is None and cache is not None and input_ids.shape[1] > 1:
-            # several new entries that see everything: say so (no mask would mean causal); one
-            # entry needs none, which lets attention read grouped keys in place
-            total = cache.get_seq_length(k) + input_ids.shape[1]
-            mask = torch.ones(1, 1, input_ids.shape[1], total, dtype=torch.bool)
-            mask = mask.to(input_ids.device)
         rotary = self.rotary(embeds, positions)
         return layer(
             embeds,
@@ -235,10 +226,7 @@ def build_mtp(config: MtpConfig, target) -> MtpDrafter:
 
 def load_mtp(path: Path, target, dtype: torch.dtype = torch.float32) -> MtpDrafter:
     """A saved MTP drafter, checked against `target` (a `TargetAdapter`) and attached to it."""
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-
-    from .drafter_io import DrafterError, check_drafter_target
+    from .drafter_io import DrafterError, check_drafter_target, read_drafter_weights
 
     path = Path(path)
     record = check_drafter_target(path, target.fingerprint())
@@ -251,10 +239,7 @@ def load_mtp(path: Path, target, dtype: torch.dtype = torch.float32) -> MtpDraft
             f"{path}: modules built on {fields['decoder_layer_class']}, the target's layers are "
             f"{layer_class.__name__}"
         )
-    try:
-        tensors = load_file(str(path / WEIGHTS_FILE))
-    except (SafetensorError, OSError) as err:
-        raise DrafterError(f"{path / WEIGHTS_FILE} cannot be read: {err}") from err
+    tensors = read_drafter_weights(path)
     drafter = MtpDrafter(
         target.config,
         fields["num_nextn_predict_layers"],

@@ -27,6 +27,7 @@ import torch
 
 from ..architectures.mtp import MtpDrafter, load_mtp
 from ..architectures.target import TargetAdapter
+from .kv_cache import cache_nbytes, crop_layers
 from .proposers import Proposer
 from .sampling import SamplingParams, probabilities, sample
 from .tree import Proposal
@@ -65,8 +66,6 @@ class MtpProposer(Proposer):
 
     def cache_nbytes(self) -> int:
         """Bytes held by the modules' KV cache."""
-        from .kv_cache import cache_nbytes
-
         return cache_nbytes(self.cache)
 
     def observe(self, states: torch.Tensor) -> None:
@@ -127,11 +126,7 @@ class MtpProposer(Proposer):
         try:
             return self._chain(context, max_tokens, params, generator)
         finally:
-            for k, layer in enumerate(self.cache.layers):
-                if getattr(layer, "keys", None) is None:
-                    continue
-                layer.keys = layer.keys[..., : self.fed[k], :]
-                layer.values = layer.values[..., : self.fed[k], :]
+            crop_layers(self.cache, self.fed)
 
     def _chain(self, context, max_tokens, params, generator) -> Proposal:
         c, depth = len(context), self.drafter.depth

@@ -315,6 +315,11 @@ def _log_step(run, scheduler, loss, totals, count, progress, bar) -> dict[str, f
     return metrics
 
 
+def all_weights(model, state_dict: dict) -> dict:
+    """`export_drafter`'s `weights` for a drafter whose every tensor is its own."""
+    return state_dict
+
+
 def export_drafter(
     run: Run,
     model,

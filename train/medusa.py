@@ -19,7 +19,7 @@ import torch
 from ..architectures.medusa import MedusaConfig, MedusaHeads, build_medusa
 from ..data.capture import CaptureConfig
 from ..data.token_dataset import DataConfig
-from .blocks import export_drafter, prepare_model, start_run, train_steps
+from .blocks import all_weights, export_drafter, prepare_model, start_run, train_steps
 from .distributed import whole_weights
 from .medusa_heldout import CalibrationConfig, calibration_record, heldout_batches
 from .medusa_loss import MedusaLoss, MedusaLossConfig
@@ -90,7 +90,7 @@ def run(recipe: MedusaRecipe) -> TrainResult:
     bare = run.accelerator.unwrap_model(heads)
     training.update(heldout_record(run, bare, run.target, recipe.calibration))
     layers = [run.target.num_layers]
-    export_drafter(run, heads, recipe.family, _all_weights, training, outcome, layers)
+    export_drafter(run, heads, recipe.family, all_weights, training, outcome, layers)
     return TrainResult.of(run.output_dir, outcome, training["head_top1_accuracy"][0])
 
 
@@ -105,8 +105,3 @@ def heldout_record(run, heads: MedusaHeads, target, calibration: CalibrationConf
         run.heldout, pad_id, run.config.micro_batch_size, run.accelerator.device
     )
     return calibration_record(heads, target, batches, calibration)
-
-
-def _all_weights(model, state_dict: dict) -> dict:
-    """Every tensor of the heads ships."""
-    return state_dict

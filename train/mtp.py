@@ -24,7 +24,7 @@ from ..architectures.mtp import FAMILY, MtpConfig, MtpDrafter, build_mtp
 from ..architectures.mtp_native import load_native_modules
 from ..data.capture import CaptureConfig
 from ..data.token_dataset import DataConfig
-from .blocks import export_drafter, prepare_model, start_run, train_steps
+from .blocks import all_weights, export_drafter, prepare_model, start_run, train_steps
 from .distributed import whole_weights
 from .mtp_loss import MtpLoss
 from .recipe_config import TargetSpec, TrainConfig, TrainResult
@@ -103,11 +103,6 @@ def run(recipe: MtpRecipe) -> TrainResult:
             "train/simulated_acceptance_length"
         ],
     }
-
-    def weights(model, state_dict: dict) -> dict:
-        kept = set(model.drafter_state_dict())
-        return {k: v for k, v in state_dict.items() if k in kept}
-
-    module = run.accelerator.unwrap_model(drafter)
-    export_drafter(run, drafter, FAMILY, weights, training, outcome, list(module.layers_read))
+    layers = recipe.capture_layers(run.target.num_layers)
+    export_drafter(run, drafter, FAMILY, all_weights, training, outcome, layers)
     return TrainResult.of(run.output_dir, outcome, accuracies[0])
