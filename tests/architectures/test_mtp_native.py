@@ -219,7 +219,7 @@ def test_mimo_module_reads_hidden_first_and_loads_tensor_by_tensor(tmp_path):
     torch.testing.assert_close(mine, direct, atol=1e-4, rtol=1e-4)
 
 
-def test_qwen3_next_layout_maps_key_by_key(tmp_path):
+def test_qwen3_next_layout_maps_key_by_key():
     """Qwen3-Next's `mtp.*` names onto the module, tensor by tensor (module 0 only)."""
     from draftzoo.architectures.mtp_native import detect_layout, module_key
 

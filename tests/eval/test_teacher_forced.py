@@ -20,7 +20,7 @@ from draftzoo.inference.eagle import EagleProposer
 from draftzoo.inference.generate import SpeculativeGenerator
 from draftzoo.inference.sampling import SamplingParams
 from draftzoo.train.eagle import run
-from tests.inference.test_batch import PROMPTS
+from tests.inference.helpers import PROMPTS
 from tests.train.helpers import tiny_eagle_recipe, write_chat_jsonl
 
 STEPS = 3

@@ -7,6 +7,18 @@ import torch
 
 
 @pytest.fixture(scope="module")
+def reference(target_and_tokenizer):
+    """Target-only greedy token ids of `PROMPTS` (32 new tokens each)."""
+    from draftzoo.inference.generate import SpeculativeGenerator
+    from draftzoo.inference.sampling import SamplingParams
+    from tests.inference.helpers import PROMPTS
+
+    model, tokenizer = target_and_tokenizer
+    params = SamplingParams(max_new_tokens=32)
+    return [SpeculativeGenerator(model, tokenizer).generate(p, params).token_ids for p in PROMPTS]
+
+
+@pytest.fixture(scope="module")
 def target_and_tokenizer(testbed_tiny):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

@@ -9,6 +9,14 @@ import torch
 from draftzoo.inference.proposers import Proposer
 from draftzoo.inference.tree import Proposal
 
+#: prompts of the runtime tests: code, an import, a loop, one character
+PROMPTS = [
+    'def add(a, b):\n    """Return a + b."""\n',
+    "import os\n",
+    "for i in range(10):\n    if i % 2 == 0:\n        print(i)\n",
+    "x",
+]
+
 
 class TopKTreeProposer(Proposer):
     """Root children = the draft's top-`width` tokens; each continues greedily (one-hot q)."""

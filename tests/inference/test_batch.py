@@ -5,25 +5,10 @@ from __future__ import annotations
 import pytest
 
 from draftzoo.inference.batch import BatchGenerator
-from draftzoo.inference.generate import GenerationError, SpeculativeGenerator
+from draftzoo.inference.generate import GenerationError
 from draftzoo.inference.proposers import DraftModelProposer, PromptLookupProposer
 from draftzoo.inference.sampling import SamplingParams
-from tests.inference.helpers import TopKTreeProposer, perturbed_copy
-
-PROMPTS = [
-    'def add(a, b):\n    """Return a + b."""\n',
-    "import os\n",
-    "for i in range(10):\n    if i % 2 == 0:\n        print(i)\n",
-    "x",
-]
-
-
-@pytest.fixture(scope="module")
-def reference(target_and_tokenizer):
-    model, tokenizer = target_and_tokenizer
-    single = SpeculativeGenerator(model, tokenizer)
-    params = SamplingParams(max_new_tokens=32)
-    return [single.generate(p, params).token_ids for p in PROMPTS]
+from tests.inference.helpers import PROMPTS, TopKTreeProposer, perturbed_copy
 
 
 def factories(model):

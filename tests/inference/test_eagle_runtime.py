@@ -13,7 +13,7 @@ from draftzoo.inference.eagle import EagleProposer, TreeSettings
 from draftzoo.inference.generate import SpeculativeGenerator
 from draftzoo.inference.sampling import SamplingParams
 from draftzoo.train.eagle import run
-from tests.inference.test_batch import PROMPTS
+from tests.inference.helpers import PROMPTS
 from tests.train.helpers import tiny_eagle_recipe, write_chat_jsonl
 
 
@@ -34,13 +34,6 @@ def drafters(testbed_tiny, tmp_path_factory) -> dict[str, Path]:
         run(recipe)
         out[kind] = Path(recipe.output_dir)
     return out
-
-
-@pytest.fixture(scope="module")
-def reference(target_and_tokenizer):
-    model, tokenizer = target_and_tokenizer
-    params = SamplingParams(max_new_tokens=32)
-    return [SpeculativeGenerator(model, tokenizer).generate(p, params).token_ids for p in PROMPTS]
 
 
 CASES = {

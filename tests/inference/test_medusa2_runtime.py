@@ -18,7 +18,7 @@ from draftzoo.inference.load import load_drafter
 from draftzoo.inference.medusa import MedusaTree
 from draftzoo.inference.proposers import ProposerError
 from draftzoo.inference.sampling import SamplingParams
-from tests.inference.test_batch import PROMPTS
+from tests.inference.helpers import PROMPTS
 from tests.train.helpers import tiny_medusa2_recipe, write_chat_jsonl
 
 

@@ -16,7 +16,7 @@ from draftzoo.inference.load import load_drafter
 from draftzoo.inference.medusa import MedusaProposer, MedusaTree
 from draftzoo.inference.proposers import ProposerError
 from draftzoo.inference.sampling import SamplingParams
-from tests.inference.test_batch import PROMPTS
+from tests.inference.helpers import PROMPTS
 from tests.train.helpers import tiny_medusa_recipe, write_chat_jsonl
 
 TREE = MedusaTree(((0,), (1,), (0, 0), (0, 1), (1, 0), (0, 0, 0), (0, 0, 1)))
@@ -37,13 +37,6 @@ def heads_folder(testbed_tiny, tmp_path_factory) -> Path:
     )
     run(recipe)
     return Path(recipe.output_dir)
-
-
-@pytest.fixture(scope="module")
-def reference(target_and_tokenizer):
-    model, tokenizer = target_and_tokenizer
-    params = SamplingParams(max_new_tokens=32)
-    return [SpeculativeGenerator(model, tokenizer).generate(p, params).token_ids for p in PROMPTS]
 
 
 @pytest.mark.parametrize("tree", [None, TREE], ids=["chain", "tree"])

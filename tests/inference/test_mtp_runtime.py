@@ -16,7 +16,7 @@ from draftzoo.inference.mtp import MtpProposer
 from draftzoo.inference.proposers import ProposerError
 from draftzoo.inference.sampling import SamplingParams
 from draftzoo.train.mtp import run
-from tests.inference.test_batch import PROMPTS
+from tests.inference.helpers import PROMPTS
 from tests.train.helpers import tiny_mtp_recipe, write_chat_jsonl
 
 
@@ -37,13 +37,6 @@ def drafters(testbed_tiny, tmp_path_factory) -> dict[int, Path]:
         run(recipe)
         out[depth] = Path(recipe.output_dir)
     return out
-
-
-@pytest.fixture(scope="module")
-def reference(target_and_tokenizer):
-    model, tokenizer = target_and_tokenizer
-    params = SamplingParams(max_new_tokens=32)
-    return [SpeculativeGenerator(model, tokenizer).generate(p, params).token_ids for p in PROMPTS]
 
 
 @pytest.mark.parametrize("depth", [1, 2])

@@ -72,26 +72,45 @@ def launch_two_processes(recipe_path: Path):
     )
 
 
-def tiny_recipe(tmp_path: Path, target_dir: Path, data_file: Path, **sections) -> DraftLMRecipe:
-    """A draft-LM recipe for testbed-tiny; `sections` override whole recipe sections."""
+def _tiny(
+    recipe_class,
+    family: str,
+    tmp_path: Path,
+    target_dir: Path,
+    data_file: Path,
+    own: dict,
+    sections: dict,
+    packing: bool = False,
+    **data_fields,
+):
+    """A `family` recipe for testbed-tiny: the tiny loop, 128-token rows, the family's `own`
+    sections, then `sections` over it all."""
     data = {
-        "family": "draft_lm",
+        "family": family,
         "name": "test",
         "output_dir": str(tmp_path / "drafter"),
         "cache_dir": str(tmp_path / "cache"),
         "target": {"path": str(target_dir)},
-        "data": {"source": str(data_file), "max_length": 128, "packing": False},
-        "draft": {
-            "hidden_size": 64,
-            "num_hidden_layers": 1,
-            "num_attention_heads": 4,
-            "num_key_value_heads": 2,
-            "intermediate_size": 128,
-        },
+        "data": {"source": str(data_file), "max_length": 128, "packing": packing, **data_fields},
+        **own,
         "train": dict(TINY_TRAIN),
     }
     _override(data, sections)
-    return from_dict(DraftLMRecipe, data)
+    return from_dict(recipe_class, data)
+
+
+def tiny_recipe(tmp_path: Path, target_dir: Path, data_file: Path, **sections) -> DraftLMRecipe:
+    """A draft-LM recipe for testbed-tiny; `sections` override whole recipe sections."""
+    draft = {
+        "hidden_size": 64,
+        "num_hidden_layers": 1,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "intermediate_size": 128,
+    }
+    return _tiny(
+        DraftLMRecipe, "draft_lm", tmp_path, target_dir, data_file, {"draft": draft}, sections
+    )
 
 
 def recipe_yaml(recipe: DraftLMRecipe, path: Path) -> Path:
@@ -109,75 +128,51 @@ def tiny_eagle_recipe(tmp_path: Path, target_dir: Path, data_file: Path, **secti
     from draftzoo.train.eagle import EagleRecipe
 
     kind = sections.get("eagle", {}).get("kind", "eagle3")
-    data = {
-        "family": kind,
-        "name": "test",
-        "output_dir": str(tmp_path / "drafter"),
-        "cache_dir": str(tmp_path / "cache"),
-        "target": {"path": str(target_dir)},
-        "data": {"source": str(data_file), "max_length": 128, "packing": False},
-        # testbed-tiny has 2 layers: EAGLE-3's default taps (2, N//2, N-3) need N >= 3
-        "eagle": {"kind": kind, "ttt_steps": 3, "layers": [0, 1, 2]}
+    # testbed-tiny has 2 layers: EAGLE-3's default taps (2, N//2, N-3) need N >= 3
+    eagle = (
+        {"kind": kind, "ttt_steps": 3, "layers": [0, 1, 2]}
         if kind == "eagle3"
-        else {"kind": kind, "ttt_steps": 1},
-        "train": dict(TINY_TRAIN),
-    }
-    _override(data, sections)
-    return from_dict(EagleRecipe, data)
+        else {"kind": kind, "ttt_steps": 1}
+    )
+    return _tiny(EagleRecipe, kind, tmp_path, target_dir, data_file, {"eagle": eagle}, sections)
 
 
 def tiny_medusa2_recipe(tmp_path: Path, target_dir: Path, data_file: Path, **sections):
     """A Medusa-2 recipe (3 heads, a rank-4 LoRA, 4 held-out rows) for testbed-tiny."""
     from draftzoo.train.medusa2 import Medusa2Recipe
 
-    data = {
-        "family": "medusa2",
-        "name": "test",
-        "output_dir": str(tmp_path / "drafter"),
-        "cache_dir": str(tmp_path / "cache"),
-        "target": {"path": str(target_dir)},
-        "data": {"source": str(data_file), "max_length": 128, "packing": True, "heldout_rows": 4},
+    own = {
         "medusa": {"num_heads": 3},
         "lora": {"rank": 4, "alpha": 8},
         "loss": {"ramp_steps": 2},
         "calibration": {"nodes": 6, "ranks": 3},
-        "train": dict(TINY_TRAIN),
     }
-    _override(data, sections)
-    return from_dict(Medusa2Recipe, data)
+    return _tiny(
+        Medusa2Recipe,
+        "medusa2",
+        tmp_path,
+        target_dir,
+        data_file,
+        own,
+        sections,
+        packing=True,
+        heldout_rows=4,
+    )
 
 
 def tiny_medusa_recipe(tmp_path: Path, target_dir: Path, data_file: Path, **sections):
     """A Medusa-1 recipe (3 heads, packed rows) for testbed-tiny."""
     from draftzoo.train.medusa import MedusaRecipe
 
-    data = {
-        "family": "medusa1",
-        "name": "test",
-        "output_dir": str(tmp_path / "drafter"),
-        "cache_dir": str(tmp_path / "cache"),
-        "target": {"path": str(target_dir)},
-        "data": {"source": str(data_file), "max_length": 128, "packing": True},
-        "medusa": {"num_heads": 3},
-        "train": dict(TINY_TRAIN),
-    }
-    _override(data, sections)
-    return from_dict(MedusaRecipe, data)
+    own = {"medusa": {"num_heads": 3}}
+    return _tiny(
+        MedusaRecipe, "medusa1", tmp_path, target_dir, data_file, own, sections, packing=True
+    )
 
 
 def tiny_mtp_recipe(tmp_path: Path, target_dir: Path, data_file: Path, **sections):
     """An MTP recipe (one module unless `mtp` says otherwise) for testbed-tiny."""
     from draftzoo.train.mtp import MtpRecipe
 
-    data = {
-        "family": "mtp",
-        "name": "test",
-        "output_dir": str(tmp_path / "drafter"),
-        "cache_dir": str(tmp_path / "cache"),
-        "target": {"path": str(target_dir)},
-        "data": {"source": str(data_file), "max_length": 128, "packing": False},
-        "mtp": {"depth": 1},
-        "train": dict(TINY_TRAIN),
-    }
-    _override(data, sections)
-    return from_dict(MtpRecipe, data)
+    own = {"mtp": {"depth": 1}}
+    return _tiny(MtpRecipe, "mtp", tmp_path, target_dir, data_file, own, sections)
