@@ -4,15 +4,16 @@
         --eagle1 recipes/zoo/eagle1-testbed-small --eagle3 recipes/zoo/eagle3-testbed-small \
         --prompt-set humaneval --prompts 20 --temperatures 0 1
 
-`--eagle1` / `--eagle3` may be given several times (rows then carry the folder's name), so
+`--eagle1` / `--eagle3` / `--mtp` may be given several times (rows then carry the folder's name), so
 drafters trained differently are compared in one process against one target-only baseline.
 
 Every method decodes the same prompts (chat-rendered) with the same target in one process,
 interleaved prompt by prompt, after one warm-up prompt: target-only, the draft LM (chain),
-EAGLE-1 (chain), EAGLE-3 (chain) and EAGLE-3 with EAGLE-2 dynamic trees. Chains draft a fixed
---gamma tokens; trees use --tree-top-k / --tree-depth / --tree-tokens (at T > 0 sampled trees,
---tree-sampled-children wide). At T > 0 every method samples with the same per-prompt seed
-(outputs differ by design; sampling is lossless, which the test suite checks by distribution).
+EAGLE-1 (chain), EAGLE-3 (chain), EAGLE-3 with EAGLE-2 dynamic trees and MTP modules (chain).
+Chains draft a fixed --gamma tokens; trees use --tree-top-k / --tree-depth / --tree-tokens (at
+T > 0 sampled trees, --tree-sampled-children wide). At T > 0 every method samples with the
+same per-prompt seed (outputs differ by design; sampling is lossless, which the test suite
+checks by distribution).
 Printed per method: tau, tokens/s, speedup over target-only, milliseconds of drafting and of
 verification per round and their ratio (the cost that separates the speedup from tau), at
 T = 0 the prompts whose output differs from target-only (the contract is 0), and the share of
@@ -36,6 +37,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from draftzoo.data.prompts import load_prompt_set
 from draftzoo.inference.eagle import EagleProposer, TreeSettings
 from draftzoo.inference.generate import SpeculativeGenerator
+from draftzoo.inference.mtp import MtpProposer
 from draftzoo.inference.proposers import DraftModelProposer
 from draftzoo.inference.sampling import SamplingParams
 from draftzoo.train.testbed import committed_testbed_dir
@@ -68,6 +70,12 @@ def build_methods(args, target, tokenizer) -> dict[str, SpeculativeGenerator]:
                 methods[f"{label} tree"] = SpeculativeGenerator(
                     target, tokenizer, trees, args.tree_depth, **static
                 )
+    for folder in args.mtp:
+        label = "MTP" if len(args.mtp) == 1 else f"MTP {Path(folder).name}"
+        proposer = MtpProposer.from_pretrained(folder, target, tokenizer)
+        methods[f"{label} chain"] = SpeculativeGenerator(
+            target, tokenizer, proposer, args.gamma, **static
+        )
     return methods
 
 
@@ -81,6 +89,9 @@ def _parse_args() -> argparse.Namespace:
     )
     parser.add_argument(
         "--eagle3", action="append", default=[], help="an EAGLE-3 drafter folder (repeatable)"
+    )
+    parser.add_argument(
+        "--mtp", action="append", default=[], help="an MTP drafter folder (repeatable)"
     )
     parser.add_argument("--eagle1-tree", action="store_true", help="add EAGLE-1 with trees")
     parser.add_argument("--prompt-set", default="humaneval", help="humaneval or stdlib-heldout")
