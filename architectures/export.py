@@ -6,12 +6,20 @@
 |--------|---------------|-------------------------------|--------------------------------------|
 | eagle3 | `vllm`        | LlamaForCausalLMEagle3        | fc, midlayer.*, norm, lm_head, d2t, t2d |
 | eagle3 | `sglang`      | LlamaForCausalLMEagle3        | the same                             |
-| eagle3 | `speculators` | Eagle3Speculator              | fc, layers.0.*, norm, lm_head, d2t, t2d |
+| eagle3 | `speculators` | Eagle3Speculator              | layers.0.* for midlayer.*; embed_tokens |
 | eagle1 | `vllm`        | EagleLlamaForCausalLM         | fc, layers.0.* (no input norm)       |
 | draft_lm | `hf`        | the draft LM's own (plain transformers checkpoint) |             |
 | medusa1/2 | `vllm`     | MedusaModel                   | blocks.{h}.layers.{l}.*, lm_heads.{h} |
 | medusa1/2 | `medusa`   | Medusa's reference layout     | {h}.{l}.linear.*, {h}.{L}.weight     |
 | mtp    | `vllm`        | the target's (DeepSeek-style) | target + model.layers.{N+k}.*       |
+
+EAGLE-3 shares the target's input embedding. `embed_tokens` (the target's own tensor, as its
+checkpoint stores it) is written where the peer's own exporter writes it: `speculators` (its
+`save_pretrained` does; its loader fills a missing one with zeros, not from the verifier),
+not `sglang`/`vllm` (SpecForge's `to_sglang` drops it; the engines take the target's).
+`embed_tokens=True` adds it to those too: SpecForge's strict warm start then loads the folder.
+Formats that name the target record a verifier a loader finds from any working directory:
+the hub id of a hub target, the absolute path of a local one.
 
 The `medusa` format is the reference code's `medusa_lm_head.safetensors` (TGI and
 TensorRT-LLM read it too).
@@ -36,6 +44,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +53,8 @@ import torch
 from .drafter_io import read_drafter_record, read_drafter_weights, replace_dir
 from .errors import ExportError
 
+#: formats that carry the target's input embedding unless told otherwise
+EMBEDDING_BY_DEFAULT = ("speculators",)
 FORMATS = {
     "eagle3": ("vllm", "sglang", "speculators"),
     "eagle1": ("vllm",),
@@ -138,9 +149,24 @@ def _check_positions(config: dict[str, Any], target_config) -> None:
         )
 
 
+def verifier_reference(target: str) -> str:
+    """How a loader elsewhere finds `target`: the absolute path of a local folder (from any
+    working directory), else the hub id as given."""
+    from .defaults import target_location
+
+    location = target_location(target)
+    folder = Path(location).expanduser()
+    return str(folder.resolve()) if folder.is_dir() else location
+
+
 def _eagle3(config, record, tensors, fmt: str, verifier: str, speculative_tokens: int):
     layers = list(record["hidden_state_layers"])
     num_layers = record["target"]["num_layers"]
+    if fmt == "speculators" and len(set(layers)) != len(layers):
+        raise ExportError(
+            f"speculators loads only distinct hidden-state layer ids; this drafter reads "
+            f"{layers} (export it to vllm or sglang)"
+        )
     eagle = {
         "draft_vocab_size": config["draft_vocab_size"],
         "target_hidden_size": config["target_hidden_size"],
@@ -156,6 +182,11 @@ def _eagle3(config, record, tensors, fmt: str, verifier: str, speculative_tokens
             "speculators_model_type": "eagle3",
             "transformer_layer_config": _llama_fields(config),
             **eagle,
+            # draftzoo's layer: one input norm over nothing, the pre-norm state carried between
+            # steps, no norm on the fused states
+            "norm_before_fc": False,
+            "fc_norm": False,
+            "norm_output": False,
             "eagle_aux_hidden_state_layer_ids": vllm_layer_ids(layers, num_layers),
             "speculators_config": {
                 "algorithm": "eagle3",
@@ -259,6 +290,16 @@ def _recorded(record: dict[str, Any]) -> str:
     return str(record.get("recipe", {}).get("target", {}).get("path", ""))
 
 
+@dataclass(frozen=True)
+class ExportJob:
+    """What one export writes besides the drafter's own tensors."""
+
+    target: str  # where the target is: the recipe's, or the one the user names
+    verifier: str  # the target as formats that name it record it
+    speculative_tokens: int
+    embed_tokens: bool  # write the target's input embedding (EAGLE-3)
+
+
 def export_drafter(
     path: Path,
     output_dir: Path,
@@ -266,12 +307,16 @@ def export_drafter(
     target_config=None,
     verifier: str | None = None,
     speculative_tokens: int = 3,
+    target: str | None = None,
+    embed_tokens: bool | None = None,
 ) -> Path:
     """Write drafter `path` in format `fmt` to `output_dir` (atomically); returns it.
 
     `target_config`: the target's transformers config, to check positions and hidden size
-    against (skipped when None). `verifier`: the target's name or path recorded by formats that
-    name it (`speculators`); defaults to the recipe's target.
+    against (skipped when None). `target`: where the target is (default: the recipe's).
+    `verifier`: what formats that name the target record (default: `verifier_reference`).
+    `embed_tokens`: write the target's input embedding into an EAGLE-3 export (default:
+    where the peer's own exporter does, `EMBEDDING_BY_DEFAULT`).
     """
 
     path, output_dir = Path(path), Path(output_dir)
@@ -280,36 +325,44 @@ def export_drafter(
     if fmt not in FORMATS.get(family, ()):
         known = ", ".join(FORMATS.get(family, ())) or "none"
         raise ExportError(f"a {family} drafter exports to: {known} (asked for {fmt!r})")
+    if embed_tokens and family != "eagle3":
+        raise ExportError(f"only EAGLE-3 exports carry the target's embedding, not {family}")
+    target = target or _recorded(record)
+    job = ExportJob(
+        target=target,
+        verifier=verifier or (verifier_reference(target) if target else ""),
+        speculative_tokens=speculative_tokens,
+        embed_tokens=family == "eagle3"
+        and (fmt in EMBEDDING_BY_DEFAULT if embed_tokens is None else embed_tokens),
+    )
     tmp = output_dir.with_name(output_dir.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     try:
-        _fill(path, tmp, record, fmt, target_config, verifier, speculative_tokens)
+        _fill(path, tmp, record, fmt, target_config, job)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)  # a refused or failed export leaves nothing
         raise
     return replace_dir(tmp, output_dir)
 
 
-def _fill(path, tmp, record, fmt, target_config, verifier, speculative_tokens) -> None:
+def _fill(path, tmp, record, fmt, target_config, job: ExportJob) -> None:
     """Write the export of drafter `path` into the empty folder `tmp`."""
     from safetensors.torch import save_file
 
+    from .defaults import target_location
+
     family = record["family"]
+    if not job.target and (family in ("mtp", "medusa2") or job.embed_tokens):
+        raise ExportError(f"{path}: the drafter's record names no target; name it (--target)")
     config = json.loads((path / "config.json").read_text())
     for name in TOKENIZER_FILES:
         if (path / name).is_file():
             shutil.copy2(path / name, tmp / name)
     if family == "mtp":
-        from .defaults import target_location
         from .mtp_export import export_mtp
 
-        export_mtp(
-            path,
-            tmp,
-            Path(target_location(verifier or _recorded(record))),
-            read_drafter_weights(path),
-        )
+        export_mtp(path, tmp, Path(target_location(job.target)), read_drafter_weights(path))
         return
     if family == "draft_lm":
         shutil.copy2(path / "config.json", tmp / "config.json")
@@ -318,20 +371,53 @@ def _fill(path, tmp, record, fmt, target_config, verifier, speculative_tokens) -
 
     _check_positions(config, target_config)
     tensors = read_drafter_weights(path)
-    verifier = verifier or _recorded(record)
     if family == "eagle3":
-        out, weights = _eagle3(config, record, tensors, fmt, verifier, speculative_tokens)
+        out, weights = _eagle3(config, record, tensors, fmt, job.verifier, job.speculative_tokens)
     elif family in ("medusa1", "medusa2") and fmt == "medusa":
-        out, weights = _medusa_reference(config, tensors, verifier)
+        out, weights = _medusa_reference(config, tensors, job.verifier)
     elif family in ("medusa1", "medusa2"):
         out, weights = _medusa(config, tensors)
     else:
         out, weights = _eagle1(config, tensors)
     out["torch_dtype"] = _dtype_name(tensors)
     out["draftzoo"] = {"family": family, "hidden_state_layers_hf": record["hidden_state_layers"]}
+    if job.embed_tokens:
+        weights["embed_tokens.weight"] = _target_embedding(target_location(job.target), config)
+        out["draftzoo"]["embed_tokens_from"] = verifier_reference(job.target)
     (tmp / "config.json").write_text(json.dumps(out, indent=1))
     weights = {k: v.contiguous() for k, v in weights.items()}
     weights_file = MEDUSA_HEADS_FILE if fmt == "medusa" else "model.safetensors"
     save_file(weights, str(tmp / weights_file), metadata={"format": "pt"})
     if family == "medusa2":
-        _merged_target(path, verifier, tmp / "target")
+        _merged_target(path, job.target, tmp / "target")
+
+
+def _target_embedding(location: str, config: dict[str, Any]) -> torch.Tensor:
+    """The target's input embedding, checked against the drafter's vocabulary and width."""
+    from .checkpoint_files import input_embedding
+
+    embedding = input_embedding(location)
+    expected = (config["vocab_size"], config["hidden_size"])
+    if tuple(embedding.shape) != expected:
+        raise ExportError(
+            f"{location}: the target's input embedding is {tuple(embedding.shape)}, the drafter "
+            f"reads tokens of a [{expected[0]}, {expected[1]}] one"
+        )
+    return embedding
+
+
+def describe_export(folder: Path) -> list[str]:
+    """What an export holds that a user must know: the target it names, the embedding."""
+    config = json.loads((Path(folder) / "config.json").read_text())
+    lines = []
+    verifier = config.get("speculators_config", {}).get("verifier", {}).get("name_or_path")
+    if verifier:
+        lines.append(f"verifier: {verifier}")
+    if config.get("base_model_name_or_path"):
+        lines.append(f"base model: {config['base_model_name_or_path']}")
+    source = config.get("draftzoo", {}).get("embed_tokens_from")
+    if source:
+        lines.append(f"embed_tokens: the target's input embedding, from {source}")
+    elif config.get("draftzoo", {}).get("family") == "eagle3":
+        lines.append("embed_tokens: not written (the loader takes the target's)")
+    return lines

@@ -20,13 +20,13 @@ import os
 import shutil
 from pathlib import Path
 
+from .checkpoint_files import INDEX_FILE, checkpoint_files
 from .errors import ExportError
-from .mtp_native import checkpoint_files, to_deepseek_layout
+from .mtp_native import to_deepseek_layout
 
 #: target model types whose vLLM model reads `model.layers.{N+k}` MTP modules
 VLLM_MTP_TARGETS = ("deepseek_v3", "deepseek_v2", "glm4_moe")
 MTP_FILE = "model-mtp.safetensors"
-INDEX_FILE = "model.safetensors.index.json"
 
 
 def check_servable(model_type: str) -> None:

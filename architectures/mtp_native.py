@@ -19,12 +19,12 @@ are fused into transformers' `experts.gate_up_proj` / `experts.down_proj` and sp
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
 import torch
 
+from .checkpoint_files import checkpoint_files, local_folder
 from .errors import DraftzooError
 
 LAYOUTS = ("deepseek_v3", "qwen3_next", "mimo")
@@ -56,22 +56,6 @@ EXPERT = re.compile(r"^(?P<pre>.*mlp\.experts)\.(?P<e>\d+)\.(?P<proj>gate|up|dow
 
 class NativeMtpError(DraftzooError, ValueError):
     """A checkpoint whose native MTP modules cannot serve the asked-for drafter."""
-
-
-def checkpoint_files(folder: Path) -> dict[str, Path]:
-    """{tensor key: safetensors file} of a checkpoint folder (single file or sharded)."""
-    folder = Path(folder)
-    index = folder / "model.safetensors.index.json"
-    if index.is_file():
-        weight_map = json.loads(index.read_text())["weight_map"]
-        return {key: folder / name for key, name in weight_map.items()}
-    single = folder / "model.safetensors"
-    if not single.is_file():
-        raise NativeMtpError(f"{folder}: no model.safetensors or model.safetensors.index.json")
-    from safetensors import safe_open
-
-    with safe_open(str(single), framework="pt") as handle:
-        return dict.fromkeys(handle.keys(), single)
 
 
 def native_prefixes(keys, layout: str, num_layers: int) -> list[str]:
@@ -195,7 +179,7 @@ def read_native(folder: Path, num_layers: int) -> tuple[str, dict[int, dict[str,
 def load_native_modules(drafter, folder: Path | str, target) -> str:
     """Copy the checkpoint's native MTP modules into `drafter` (an `MtpDrafter` for
     `target`, a `TargetAdapter`), checked tensor by tensor; returns the layout's name."""
-    folder = _local_folder(folder)
+    folder = local_folder(folder)
     layout, modules = read_native(folder, target.num_layers)
     if drafter.depth > len(modules):
         raise NativeMtpError(
@@ -242,16 +226,6 @@ def _check_shared(rest: str, tensor: torch.Tensor, target) -> None:
             f"the native MTP module's {rest} differs from the target's {SHARED_NAMES[name]}; "
             "draftzoo's MTP modules share the target's embedding and head"
         )
-
-
-def _local_folder(folder: Path | str) -> Path:
-    """A checkpoint folder on disk: as given, or a hub snapshot of its weights and config."""
-    path = Path(folder)
-    if path.is_dir():
-        return path
-    from huggingface_hub import snapshot_download
-
-    return Path(snapshot_download(str(folder), allow_patterns=["*.safetensors", "*.json"]))
 
 
 def to_deepseek_layout(

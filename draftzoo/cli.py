@@ -385,7 +385,7 @@ def _zoo_list(args: argparse.Namespace) -> int:
 
 def _export(args: argparse.Namespace) -> int:
     from draftzoo.architectures.drafter_io import read_drafter_record
-    from draftzoo.architectures.export import export_drafter
+    from draftzoo.architectures.export import describe_export, export_drafter
     from draftzoo.inference.load import recorded_target, resolve_drafter
 
     folder, _ = resolve_drafter(args.drafter)
@@ -400,10 +400,14 @@ def _export(args: argparse.Namespace) -> int:
         Path(args.output_dir),
         args.format,
         target_config,
-        verifier=target_name,
+        verifier=args.verifier,
         speculative_tokens=args.num_speculative_tokens,
+        target=target_name,
+        embed_tokens=args.embed_tokens,
     )
     print(f"exported: {out} ({args.format})")
+    for line in describe_export(out):
+        print(f"  {line}")
     return 0
 
 
@@ -709,7 +713,23 @@ def _add_zoo_commands(commands) -> None:
     exp.add_argument("drafter", help="a drafter folder or a zoo name")
     exp.add_argument("--format", required=True, choices=["vllm", "sglang", "speculators", "hf"])
     exp.add_argument("--output-dir", required=True)
-    exp.add_argument("--target", help="target folder or hub name to check against")
+    exp.add_argument(
+        "--target",
+        help="the target's folder or hub name: checked against, and the source of the "
+        "embedding (default: the recipe's)",
+    )
+    exp.add_argument(
+        "--verifier",
+        help="the target as the export records it (speculators' verifier, Medusa's base "
+        "model; default: a local target's absolute path, else its hub name)",
+    )
+    exp.add_argument(
+        "--embed-tokens",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="eagle3: write the target's input embedding (default: speculators yes, "
+        "sglang/vllm no; SpecForge's strict load wants it)",
+    )
     exp.add_argument(
         "--no-target-check", action="store_true", help="skip loading the target's config"
     )

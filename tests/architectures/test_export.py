@@ -49,6 +49,9 @@ def engine_parameters(config: dict) -> dict[str, tuple[tuple[int, ...], tuple]]:
         spec["fc.weight"] = ((h, 2 * h), FLOAT)
         return spec
     draft_vocab = config["draft_vocab_size"]
+    if arch == "Eagle3Speculator" or config.get("draftzoo", {}).get("embed_tokens_from"):
+        # speculators' save_pretrained writes the embedding; the engines load one if present
+        spec["embed_tokens.weight"] = ((layer["vocab_size"], h), FLOAT)
     spec.update(
         {
             "fc.weight": ((h, 3 * config["target_hidden_size"]), FLOAT),
@@ -81,19 +84,36 @@ def assert_matches_engine(config: dict, tensors: dict[str, torch.Tensor]) -> Non
         assert tensors[name].dtype in dtypes, (name, tensors[name].dtype)
 
 
+@pytest.fixture(scope="module")
+def shipped_eagle3():
+    """(folder, target config) of the shipped EAGLE-3 drafter: it taps three distinct layers,
+    which speculators requires (testbed-tiny's drafter taps layer 1 three times)."""
+    from transformers import AutoConfig
+
+    from draftzoo.architectures.zoo_index import ZooIndex, builtin_zoo_dir
+    from draftzoo.train.testbed import committed_testbed_dir
+
+    folder = ZooIndex(builtin_zoo_dir()).folder("eagle3-testbed-small")
+    return folder, AutoConfig.from_pretrained(committed_testbed_dir())
+
+
 @pytest.mark.parametrize("fmt", ["vllm", "sglang", "speculators"])
-def test_eagle3_exports_match_the_engine_loaders(tiny_drafters, tiny_target_model, tmp_path, fmt):
-    folder = tiny_drafters["eagle3"]
-    target = tiny_target_model[0]
-    out = export_drafter(folder, tmp_path / fmt, fmt, target.config, verifier="my/target")
+def test_eagle3_exports_match_the_engine_loaders(
+    tiny_drafters, tiny_target_model, shipped_eagle3, tmp_path, fmt
+):
+    if fmt == "speculators":
+        folder, target_config = shipped_eagle3
+    else:
+        folder, target_config = tiny_drafters["eagle3"], tiny_target_model[0].config
+    out = export_drafter(folder, tmp_path / fmt, fmt, target_config, verifier="my/target")
     config, tensors = read_export(out)
     assert_matches_engine(config, tensors)
     hf_layers = read_drafter_record(folder)["hidden_state_layers"]
     layer = config.get("transformer_layer_config", config)
-    assert layer["max_position_embeddings"] == target.config.max_position_embeddings
+    assert layer["max_position_embeddings"] == target_config.max_position_embeddings
     assert config["norm_before_residual"] is False  # written explicitly
     assert config["draft_vocab_size"] == tensors["lm_head.weight"].shape[0]
-    assert config["target_hidden_size"] == target.config.hidden_size
+    assert config["target_hidden_size"] == target_config.hidden_size
     # the pruned vocabulary survives: d2t offsets map draft ids onto t2d's target ids
     d2t, t2d = tensors["d2t"], tensors["t2d"]
     targets = torch.arange(len(d2t)) + d2t
@@ -114,10 +134,42 @@ def test_eagle3_exports_match_the_engine_loaders(tiny_drafters, tiny_target_mode
         assert method["speculative_tokens"] == 3
         assert config["speculators_config"]["verifier"]["name_or_path"] == "my/target"
         assert config["eagle_aux_hidden_state_layer_ids"] == hf_layers
+        assert not (config["norm_before_fc"] or config["fc_norm"] or config["norm_output"])
 
 
-def test_exported_weights_equal_the_drafters(tiny_drafters, tmp_path):
+@pytest.mark.parametrize("fmt", ["vllm", "sglang"])
+def test_the_embedding_is_the_targets_where_asked(tiny_drafters, tiny_target_model, tmp_path, fmt):
+    """Off by default for the engines (they share the target's), on with embed_tokens=True;
+    the tensor is the target's own, bit for bit and in its dtype."""
     folder = tiny_drafters["eagle3"]
+    _, plain = read_export(export_drafter(folder, tmp_path / "plain", fmt))
+    assert "embed_tokens.weight" not in plain
+    config, tensors = read_export(export_drafter(folder, tmp_path / "with", fmt, embed_tokens=True))
+    assert_matches_engine(config, tensors)
+    target_embedding = tiny_target_model[0].get_input_embeddings().weight
+    assert torch.equal(tensors["embed_tokens.weight"], target_embedding)
+    assert config["draftzoo"]["embed_tokens_from"] == str(Path(tiny_target_model[2]).resolve())
+
+
+def test_speculators_export_records_a_verifier_found_from_anywhere(shipped_eagle3, tmp_path):
+    from draftzoo.train.testbed import committed_testbed_dir
+
+    config, tensors = read_export(export_drafter(shipped_eagle3[0], tmp_path / "s", "speculators"))
+    verifier = config["speculators_config"]["verifier"]["name_or_path"]
+    assert Path(verifier).is_absolute() and Path(verifier) == committed_testbed_dir().resolve()
+    assert "embed_tokens.weight" in tensors  # speculators' own save_pretrained writes it
+
+
+def test_speculators_export_refuses_repeated_layers(tiny_drafters, tmp_path):
+    """speculators resolves distinct layer ids only: a drafter tapping one layer three times is
+    refused here rather than by the peer's loader."""
+    with pytest.raises(ExportError, match="distinct hidden-state layer ids"):
+        export_drafter(tiny_drafters["eagle3"], tmp_path / "s", "speculators")
+    assert not (tmp_path / "s").exists()
+
+
+def test_exported_weights_equal_the_drafters(shipped_eagle3, tmp_path):
+    folder = shipped_eagle3[0]
     _, original = read_export(folder)
     _, exported = read_export(export_drafter(folder, tmp_path / "s", "speculators"))
     for name, tensor in original.items():

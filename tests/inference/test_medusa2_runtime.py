@@ -130,7 +130,7 @@ def test_a_chain_longer_than_the_heads_is_refused(medusa2_folder, testbed_tiny):
 def test_exports_carry_the_adapted_target(medusa2_folder, testbed_tiny, tmp_path, fmt):
     from draftzoo.architectures.export import export_drafter
 
-    out = export_drafter(medusa2_folder, tmp_path / fmt, fmt, verifier=str(testbed_tiny[0]))
+    out = export_drafter(medusa2_folder, tmp_path / fmt, fmt, target=str(testbed_tiny[0]))
     heads_file = "model.safetensors" if fmt == "vllm" else "medusa_lm_head.safetensors"
     assert (out / heads_file).is_file()
     exported = AutoModelForCausalLM.from_pretrained(out / "target", dtype=torch.float32).eval()
