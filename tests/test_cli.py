@@ -141,3 +141,36 @@ def test_zoo_list_prints_the_shipped_drafters(capsys):
     assert main(["zoo", "list", "--zoo", str(builtin_zoo_dir())]) == 0
     out = capsys.readouterr().out
     assert "eagle3-testbed-small" in out and "draft-lm-testbed-small" in out
+
+
+def test_export_says_what_it_wrote(tmp_path, capsys, monkeypatch):
+    from draftzoo.train.testbed import committed_testbed_dir
+
+    monkeypatch.chdir(tmp_path)
+    args = ["export", "eagle3-testbed-small", "--format", "speculators", "--output-dir", "s"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    target = str(committed_testbed_dir().resolve())
+    assert f"verifier: {target}" in out
+    assert f"embed_tokens: the target's input embedding, from {target}" in out
+    args = ["export", "eagle3-testbed-small", "--format", "sglang", "--output-dir", "g"]
+    assert main([*args, "--verifier", "org/name"]) == 0
+    assert "embed_tokens: not written" in capsys.readouterr().out
+    assert main([*args, "--embed-tokens"]) == 0
+    assert "embed_tokens: the target's input embedding" in capsys.readouterr().out
+    assert (
+        main(
+            [
+                "export",
+                "eagle1-testbed-small",
+                "--format",
+                "vllm",
+                "--output-dir",
+                "e",
+                "--embed-tokens",
+            ]
+        )
+        == 2
+    )
+    assert "only EAGLE-3 exports carry the target's embedding" in capsys.readouterr().err
+    assert not (tmp_path / "e").exists()

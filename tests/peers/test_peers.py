@@ -90,6 +90,7 @@ def _assert_same_logits(theirs: torch.Tensor, ours: torch.Tensor) -> None:
     for step in range(STEPS):
         gap = (theirs[step] - ours[step]).abs().max().item()
         agree = (theirs[step].argmax(-1) == ours[step].argmax(-1)).float().mean().item()
+        print(f"step {step}: max |logit gap| {gap:.2e}, argmax agreement {agree:.3f}")
         assert gap <= TOLERANCE and agree == 1.0, f"step {step}: max gap {gap}, argmax {agree}"
 
 
