@@ -91,9 +91,11 @@ def read_yaml(path: Path, what: str = "config file") -> dict[str, Any]:
     if not path.is_file():
         raise ConfigError(f"{what} not found: {path}")
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        data = yaml.safe_load(path.read_text())
     except yaml.YAMLError as err:
         raise ConfigError(f"{path}: not valid YAML ({' '.join(str(err).split())})") from err
+    if data is None:
+        raise ConfigError(f"{path}: the {what} is empty")
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the top level must be a mapping")
     return data

@@ -63,11 +63,13 @@ def draft_lm_model_config(config: DraftLMConfig, target_config):
 
 def build_draft_lm(config: DraftLMConfig, target_model) -> torch.nn.Module:
     """A draft LM for `target_model`; refuses a starting checkpoint with another vocabulary."""
-    from transformers import AutoModelForCausalLM, LlamaForCausalLM
+    from transformers import LlamaForCausalLM
+
+    from .safe_load import load_causal_lm
 
     target_vocab = target_model.get_output_embeddings().weight.shape[0]
     if config.init_from:
-        model = AutoModelForCausalLM.from_pretrained(config.init_from, dtype=torch.float32)
+        model = load_causal_lm(config.init_from, dtype=torch.float32)
         vocab = model.get_output_embeddings().weight.shape[0]
         if vocab != target_vocab:
             raise TargetError(

@@ -123,8 +123,10 @@ class TargetAdapter(nn.Module):
         cls, path: str | Path, dtype: torch.dtype = torch.float32, device: str = "cpu"
     ) -> TargetAdapter:
         """Load a causal LM and its tokenizer from a folder or hub name."""
-        from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoConfig, AutoTokenizer
         from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+        from .safe_load import load_causal_lm
 
         config = AutoConfig.from_pretrained(path)
         if config.model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
@@ -132,7 +134,7 @@ class TargetAdapter(nn.Module):
                 f"{path}: model type {config.model_type!r} has no causal-LM head "
                 f"(architectures: {config.architectures})"
             )
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device).eval()
+        model = load_causal_lm(path, dtype=dtype).to(device).eval()
         return cls(model, AutoTokenizer.from_pretrained(path))
 
     @property

@@ -26,6 +26,7 @@ import torch
 
 from ..architectures.defaults import ANSWER_MAX_NEW_TOKENS, TEMPERATURE
 from .conversations import RowReport, Sample, iter_rows, iter_samples
+from .errors import DataError
 from .token_dataset import DataConfig
 
 logger = logging.getLogger(__name__)
@@ -47,9 +48,14 @@ class RegenerateConfig:
 
     def __post_init__(self) -> None:
         if self.temperature < 0:
-            raise ValueError("temperature must be >= 0")
-        if min(self.max_new_tokens, self.batch_size, self.sort_window) < 1:
-            raise ValueError("max_new_tokens, batch_size and sort_window must be >= 1")
+            raise DataError(f"temperature must be >= 0, got {self.temperature}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise DataError(f"top_p must be in (0, 1], got {self.top_p}")
+        for name in ("max_new_tokens", "batch_size", "sort_window"):
+            if getattr(self, name) < 1:
+                raise DataError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.limit is not None and self.limit < 1:
+            raise DataError(f"limit must be >= 1, got {self.limit}")
 
 
 def _done_rows(output: Path) -> set[int]:
@@ -161,6 +167,7 @@ def regenerate(
     """
     writer = adapter.model if writer is None else writer
     output = Path(output)
+    fresh = not output.exists()
     output.parent.mkdir(parents=True, exist_ok=True)
     done = _done_rows(output)
     tokenizer = adapter.tokenizer
@@ -190,6 +197,13 @@ def regenerate(
             handle.flush()
             os.fsync(handle.fileno())
             written += len(window)
+    if report.kept == 0 and not done:
+        if fresh:
+            output.unlink(missing_ok=True)  # a refused run leaves nothing behind
+        raise DataError(
+            f"{data.source}: no usable rows ({report.summary()}); first problems: "
+            f"{'; '.join(report.examples)}"
+        )
     if report.capped:
         logger.warning(
             "%d answers were cut to the room the writer's context (%s positions) leaves",

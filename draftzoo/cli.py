@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -104,8 +105,9 @@ def _testbed_info(args: argparse.Namespace) -> int:
 
 def _generate(args: argparse.Namespace) -> int:
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
+    from draftzoo.architectures.safe_load import load_causal_lm
     from draftzoo.inference.generate import SpeculativeGenerator
     from draftzoo.inference.load import load_drafter
     from draftzoo.inference.proposers import DraftModelProposer, PromptLookupProposer
@@ -125,12 +127,12 @@ def _generate(args: argparse.Namespace) -> int:
     target_path = target_location(args.target or COMMITTED_TARGET)
     tokenizer = AutoTokenizer.from_pretrained(target_path)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    target = AutoModelForCausalLM.from_pretrained(target_path, dtype=torch.float32).to(device)
+    target = load_causal_lm(target_path, dtype=torch.float32).to(device)
     proposer = None
     if args.prompt_lookup:
         proposer = PromptLookupProposer(args.min_ngram, args.max_ngram)
     elif args.draft:
-        draft = AutoModelForCausalLM.from_pretrained(args.draft, dtype=torch.float32).to(device)
+        draft = load_causal_lm(args.draft, dtype=torch.float32).to(device)
         proposer = DraftModelProposer(
             draft,
             AutoTokenizer.from_pretrained(args.draft),
@@ -213,8 +215,7 @@ def _regenerate(args: argparse.Namespace) -> int:
     from draftzoo.train.setup import load_target
 
     recipe = load_recipe(args.recipe, args.set)
-    target = load_target(recipe.target, partial_state().device)
-    config = RegenerateConfig(
+    config = RegenerateConfig(  # checked before anything is loaded or written
         temperature=args.temperature,
         top_p=args.top_p,
         max_new_tokens=args.max_new_tokens,
@@ -223,18 +224,22 @@ def _regenerate(args: argparse.Namespace) -> int:
         limit=args.limit,
         sort_window=args.sort_window,
     )
+    if args.writer:
+        target_location(args.writer)  # a writer named by a path that is not there: refused now
+    target = load_target(recipe.target, partial_state().device)
     writer = None
     if args.writer:
         import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoTokenizer
 
+        from draftzoo.architectures.safe_load import load_causal_lm
         from draftzoo.architectures.target import TargetError, tokenizer_hash
 
         if tokenizer_hash(AutoTokenizer.from_pretrained(args.writer)) != tokenizer_hash(
             target.tokenizer
         ):
             raise TargetError(f"--writer {args.writer} does not share the target's tokenizer")
-        writer = AutoModelForCausalLM.from_pretrained(args.writer, dtype=torch.float32)
+        writer = load_causal_lm(args.writer, dtype=torch.float32)
         writer = writer.to(target.model.device).eval()
     written, report = regenerate(target, recipe.data, Path(args.output), config, writer)
     print(f"data: {report.summary()}")
@@ -250,17 +255,18 @@ def _capture(args: argparse.Namespace) -> int:
     from draftzoo.data.capture import CaptureConfig, capture_offline, estimate_bytes
     from draftzoo.train.distributed import partial_state
     from draftzoo.train.registry import load_recipe
-    from draftzoo.train.setup import load_target, prepare_dataset, resolve_dirs
+    from draftzoo.train.setup import cache_dir_of, load_target, prepare_dataset
 
     recipe = load_recipe(args.recipe, args.set)
-    _, _, cache_dir = resolve_dirs(recipe)
-    state = partial_state()
-    target = load_target(recipe.target, state.device)
-    dataset, report, data_hash = prepare_dataset(recipe.data, target.tokenizer, cache_dir, state)
-    layers = sorted(set(args.layer or recipe.capture_layers(target.num_layers)))
     out_dir = Path(args.dir or recipe.capture.dir or "")
     if not str(out_dir) or str(out_dir) == ".":
         raise ConfigError("give --dir or set capture.dir in the recipe")
+    state = partial_state()
+    target = load_target(recipe.target, state.device)
+    dataset, report, data_hash = prepare_dataset(
+        recipe.data, target.tokenizer, cache_dir_of(recipe), state
+    )
+    layers = sorted(set(args.layer or recipe.capture_layers(target.num_layers)))
     config = replace(recipe.capture, mode="offline", dir=str(out_dir))
     need = estimate_bytes(
         dataset, target.hidden_size, layers, CaptureConfig(dtype=config.dtype).torch_dtype
@@ -458,6 +464,12 @@ def build_parser() -> argparse.ArgumentParser:
         prog="draftzoo", description="Train, measure and serve speculative-decoding drafters."
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument(
+        "--allow-pickle",
+        action="store_true",
+        help="also load model weights stored as a pickle (pytorch_model.bin), which can run "
+        "code: only for files you trust (default: safetensors only)",
+    )
     commands = parser.add_subparsers(dest="command", required=True)
 
     testbed = commands.add_parser(
@@ -758,7 +770,10 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     from draftzoo.architectures.errors import DraftzooError
+    from draftzoo.architectures.safe_load import ALLOW_PICKLE_ENV
 
+    if args.allow_pickle:
+        os.environ[ALLOW_PICKLE_ENV] = "1"  # for this process and the workers it launches
     try:
         return args.func(args)
     except (DraftzooError, OSError) as err:  # bad input or a file that is not there

@@ -34,9 +34,9 @@ def _prepare_data(recipe) -> None:
     from transformers import AutoTokenizer
 
     from draftzoo.data.token_dataset import build_token_dataset
-    from draftzoo.train.setup import resolve_dirs, target_path
+    from draftzoo.train.setup import cache_dir_of, target_path
 
-    _, _, cache_dir = resolve_dirs(recipe)
+    cache_dir = cache_dir_of(recipe)
     tokenizer = AutoTokenizer.from_pretrained(target_path(recipe.target))
     _, report, _ = build_token_dataset(recipe.data, tokenizer, cache_dir)
     print(f"      {report.summary()}", flush=True)

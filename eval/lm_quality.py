@@ -45,12 +45,13 @@ def measure_continuations(
     With `reference_tokens` (held-out real code), the same share over windows of real code of
     the same length is reported beside it.
     """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
+    from draftzoo.architectures.safe_load import load_causal_lm
     from draftzoo.data.prompts import humaneval_prompts
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    model = load_causal_lm(model_dir, dtype=torch.float32).eval()
     shares, samples = [], []
     for prompt in humaneval_prompts()[:prompts]:
         input_ids = tokenizer(prompt.text, return_tensors="pt").input_ids

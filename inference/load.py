@@ -66,11 +66,13 @@ def resolve_drafter(name_or_path: str | Path, zoos: list[Path] | None = None):
 
 def load_target(name_or_path: str, dtype: torch.dtype = torch.float32, device=None):
     """(model, tokenizer) of a target by folder or hub name, in eval mode."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
+
+    from ..architectures.safe_load import load_causal_lm
 
     location = target_location(name_or_path)
     tokenizer = AutoTokenizer.from_pretrained(location)
-    model = AutoModelForCausalLM.from_pretrained(location, dtype=dtype)
+    model = load_causal_lm(location, dtype=dtype)
     if device is not None:
         model = model.to(device)
     return model.eval(), tokenizer
@@ -155,7 +157,9 @@ def _check_chain_length(folder: Path, family: str, length: int | None) -> None:
 
 def _draft_lm(folder, target, tokenizer, tree, static_cache):
     """(module, proposer factory, None) of a draft LM sharing the target's tokenizer."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
+
+    from ..architectures.safe_load import load_causal_lm
 
     check_drafter_target(folder, TargetAdapter(target, tokenizer).fingerprint())
     if not vocabularies_match(AutoTokenizer.from_pretrained(folder), tokenizer):
@@ -166,7 +170,7 @@ def _draft_lm(folder, target, tokenizer, tree, static_cache):
             f"drafter {folder} has no model.safetensors; draftzoo reads drafters as safetensors "
             "and JSON only (a pickle-based file such as pytorch_model.bin could run code)"
         )
-    draft = AutoModelForCausalLM.from_pretrained(folder, dtype=target.dtype, use_safetensors=True)
+    draft = load_causal_lm(folder, dtype=target.dtype)
     draft = draft.to(device).eval()
 
     def make() -> Proposer:

@@ -81,3 +81,11 @@ def tiny_target_model(testbed_tiny):
     path = testbed_tiny[0]
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
     return model, AutoTokenizer.from_pretrained(path), path
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    """The robustness tallies (`tests/suite_counts.py`) after the results."""
+    from tests.suite_counts import summary_lines
+
+    for line in summary_lines():
+        terminalreporter.write_line(line)

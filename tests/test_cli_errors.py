@@ -1,7 +1,11 @@
-"""Bad input on every subcommand: one line `draftzoo: error: ...`, exit 2, no traceback.
+"""Bad input on every subcommand: one line `draftzoo: error: ...`, exit 2, no traceback,
+nothing written, nothing lost.
 
 Each case is a real invocation of `draftzoo.cli.main` (the same function the console script
-runs) with a malformed YAML, an unknown key, a missing file, or a drafter for another target.
+runs): malformed or empty YAML, unknown keys, wrong types, missing files, truncated safetensors,
+a drafter for another target, tokenizer, hidden size or context length, empty and too-long
+prompts, invalid sampling parameters, a dataset whose every row is bad. Every refused case is
+counted; the tally is printed at the end of the run.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from draftzoo.cli import main
+from tests.suite_counts import BAD_INPUTS
 
 MALFORMED = "family: eagle3\ntrain: [unclosed\n"
 
@@ -24,7 +29,7 @@ def _recipe(tmp_path: Path, text: str) -> str:
 
 
 def _assert_one_error_line(argv: list[str], capsys, *needles: str) -> str:
-    """`main(argv)` exits 2 with one stderr line starting `draftzoo: error:`."""
+    """`main(argv)` exits 2 with one stderr line starting `draftzoo: error:` (counted)."""
     assert main(argv) == 2, argv
     err = capsys.readouterr().err
     lines = [line for line in err.splitlines() if line.strip()]
@@ -33,6 +38,7 @@ def _assert_one_error_line(argv: list[str], capsys, *needles: str) -> str:
     assert "Traceback" not in err, err
     for needle in needles:
         assert needle in error_lines[0], (needle, error_lines[0])
+    BAD_INPUTS[" ".join(argv[:2]) if argv[0] in ("testbed", "zoo") else argv[0]] += 1
     return error_lines[0]
 
 
@@ -147,3 +153,189 @@ def test_verbose_shows_the_traceback(tmp_path):
     )
     assert loud.returncode != 0
     assert "Traceback" in loud.stderr and "ConfigError" in loud.stderr
+
+
+def test_empty_yaml_and_wrong_types(tmp_path, capsys):
+    out = tmp_path / "out"
+    for words in RECIPE_COMMANDS:
+        argv = [words[0], _recipe(tmp_path, ""), *_words(words[1:], tmp_path)]
+        _assert_one_error_line(argv, capsys, "empty")
+        recipe = _recipe(tmp_path, "family: eagle3\ntrain:\n  max_steps: ten\n")
+        argv = [words[0], recipe, *_words(words[1:], tmp_path)]
+        _assert_one_error_line(argv, capsys, "max_steps")
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("")
+    _assert_one_error_line(
+        ["testbed", "build", "--config", str(empty), "--output-dir", str(out)], capsys, "empty"
+    )
+    assert not out.exists() and not (tmp_path / "SHARDS").exists()
+
+
+def _tiny_recipe_file(tmp_path: Path, target: Path, data: Path) -> str:
+    from tests.train.helpers import recipe_yaml, tiny_recipe
+
+    return str(recipe_yaml(tiny_recipe(tmp_path / "run", target, data), tmp_path / "tiny.yaml"))
+
+
+def test_a_dataset_whose_every_row_is_bad(testbed_tiny, tmp_path, capsys):
+    data = tmp_path / "bad.jsonl"
+    data.write_text('{"messages": "not a list"}\n{"text": 3}\n[1, 2]\n')
+    recipe = _tiny_recipe_file(tmp_path, testbed_tiny[0], data)
+    for words in RECIPE_COMMANDS:
+        if "--check" in words:  # checks the recipe on the meta device; reads no data
+            continue
+        _assert_one_error_line([words[0], recipe, *_words(words[1:], tmp_path)], capsys, "row")
+    # the run's folders (the data cache aside) and the regenerated file are not left behind
+    assert not (tmp_path / "run" / "drafter").exists()
+    assert not (tmp_path / "run" / "drafter.work").exists()
+    assert not (tmp_path / "OUT.jsonl").exists()
+    assert not (tmp_path / "SHARDS").exists()
+
+
+def test_regenerate_refuses_bad_sampling_before_writing(testbed_tiny, tmp_path, capsys):
+    from tests.train.helpers import write_chat_jsonl
+
+    recipe = _tiny_recipe_file(tmp_path, testbed_tiny[0], write_chat_jsonl(tmp_path / "c.jsonl", 4))
+    out = tmp_path / "o.jsonl"
+    out.write_text('{"kept": true}\n')  # a previous run's rows: nothing may be lost
+    cases = [
+        (["--temperature", "-1"], "temperature"),
+        (["--top-p", "0"], "top_p"),
+        (["--top-p", "1.5"], "top_p"),
+        (["--max-new-tokens", "0"], "max_new_tokens"),
+        (["--batch-size", "0"], "batch_size"),
+        (["--writer", str(tmp_path / "no-writer")], "no-writer"),
+    ]
+    for words, needle in cases:
+        _assert_one_error_line(["regenerate", recipe, "--output", str(out), *words], capsys, needle)
+    assert out.read_text() == '{"kept": true}\n'
+
+
+def test_generate_refuses_bad_prompts_and_sampling(testbed_tiny, capsys):
+    target = str(testbed_tiny[0])
+    cases = [
+        (["--prompt", ""], "empty"),
+        (["--prompt", "x", "--temperature", "-1"], "temperature"),
+        (["--prompt", "x", "--top-p", "0"], "top_p"),
+        (["--prompt", "x", "--top-p", "1.5"], "top_p"),
+        (["--prompt", "x", "--top-k", "-1"], "top_k"),
+        (["--prompt", "def f():\n" * 400], "context"),
+        (["--prompt", "x", "--max-new-tokens", "0"], "max_new_tokens"),
+    ]
+    for words, needle in cases:
+        _assert_one_error_line(["generate", "--target", target, *words], capsys, needle)
+
+
+def _truncated(folder: Path, to: Path) -> str:
+    import shutil
+
+    shutil.copytree(folder, to)
+    weights = to / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])
+    return str(to)
+
+
+def test_truncated_weights(tiny_drafters, testbed_tiny, tmp_path, capsys):
+    broken = _truncated(tiny_drafters["eagle3"], tmp_path / "broken")
+    out, zoo = tmp_path / "out", tmp_path / "zoo"
+    report = tmp_path / "report.json"
+    report.write_text("{}")
+    cases = [
+        ["generate", "--target", str(testbed_tiny[0]), "--eagle", broken, "--prompt", "x"],
+        ["eval", broken, "--prompts", "1", "--output-dir", str(out)],
+        ["export", broken, "--format", "vllm", "--output-dir", str(out)],
+        ["publish", broken, "--report", str(report), "--zoo", str(zoo)],
+    ]
+    for argv in cases:
+        _assert_one_error_line(argv, capsys, "model.safetensors")
+    assert not out.exists() and not zoo.exists()
+
+
+@pytest.fixture
+def retokenized(testbed_tiny, tmp_path) -> Path:
+    """testbed-tiny with one token added to its tokenizer: the same weights, another tokenizer."""
+    import shutil
+
+    from transformers import AutoTokenizer
+
+    folder = tmp_path / "retokenized"
+    shutil.copytree(testbed_tiny[0], folder)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    tokenizer.add_tokens(["<draftzoo-extra>"])
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def test_a_drafter_for_another_tokenizer_or_context_length(
+    tiny_drafters, retokenized, testbed_tiny, tmp_path, capsys
+):
+    import json
+    import shutil
+
+    drafter = str(tiny_drafters["eagle3"])
+    out = tmp_path / "out"
+    cases = [
+        ["eval", drafter, "--target", str(retokenized), "--prompts", "1", "--output-dir", str(out)],
+        ["generate", "--target", str(retokenized), "--eagle", drafter, "--prompt", "x"],
+    ]
+    for argv in cases:
+        _assert_one_error_line(argv, capsys, "tokenizer")
+    longer = tmp_path / "longer"
+    shutil.copytree(testbed_tiny[0], longer)
+    config = json.loads((longer / "config.json").read_text())
+    config["max_position_embeddings"] *= 2
+    (longer / "config.json").write_text(json.dumps(config))
+    argv = ["export", drafter, "--format", "vllm", "--target", str(longer)]
+    _assert_one_error_line([*argv, "--output-dir", str(out)], capsys, "max_position_embeddings")
+    assert not out.exists()
+
+
+@pytest.fixture
+def pickled_target(testbed_tiny, tmp_path) -> Path:
+    """testbed-tiny with its weights as `pytorch_model.bin` (a pickle) instead of safetensors."""
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file
+
+    folder = tmp_path / "pickled"
+    shutil.copytree(testbed_tiny[0], folder)
+    torch.save(load_file(folder / "model.safetensors"), folder / "pytorch_model.bin")
+    (folder / "model.safetensors").unlink()
+    return folder
+
+
+def test_pickled_weights_are_refused_unless_allowed(pickled_target, testbed_tiny, tmp_path, capsys):
+    from tests.train.helpers import write_chat_jsonl
+
+    recipe = _tiny_recipe_file(tmp_path, pickled_target, write_chat_jsonl(tmp_path / "c.jsonl", 4))
+    cases = [
+        ["generate", "--target", str(pickled_target), "--prompt", "def f():"],
+        [
+            "generate",
+            "--target",
+            str(testbed_tiny[0]),
+            "--draft",
+            str(pickled_target),
+            "--prompt",
+            "x",
+        ],
+        *([w[0], recipe, *_words(w[1:], tmp_path)] for w in RECIPE_COMMANDS if "--check" not in w),
+    ]
+    for argv in cases:
+        _assert_one_error_line(argv, capsys, "pytorch_model.bin", "--allow-pickle")
+    assert not (tmp_path / "run" / "drafter.work").exists()
+    assert not (tmp_path / "OUT.jsonl").exists() and not (tmp_path / "SHARDS").exists()
+    # allowed explicitly, the same weights give the same greedy text
+    argv = ["generate", "--prompt", "def f():", "--max-new-tokens", "8"]
+    assert main(["--allow-pickle", *argv, "--target", str(pickled_target)]) == 0
+    allowed = capsys.readouterr().out.split("\n---")[0]
+    assert main([*argv, "--target", str(testbed_tiny[0])]) == 0
+    assert capsys.readouterr().out.split("\n---")[0] == allowed
+
+
+def test_remote_code_is_never_trusted(testbed_tiny):
+    from draftzoo.architectures.safe_load import UnsafeFileError, load_causal_lm
+
+    with pytest.raises(UnsafeFileError, match="trust_remote_code"):
+        load_causal_lm(testbed_tiny[0], trust_remote_code=True)

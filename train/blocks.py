@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
@@ -30,6 +31,7 @@ import torch
 
 from ..architectures.config_io import to_dict
 from ..architectures.drafter_io import save_drafter
+from ..architectures.errors import DraftzooError
 from ..data.batching import collate
 from ..data.capture import OfflineFeatures, OnlineFeatures
 from ..data.token_dataset import split_heldout
@@ -38,7 +40,7 @@ from .data_order import data_passes, step_rows
 from .distributed import check_replicas, make_accelerator, uses_deepspeed, whole_weights
 from .optim import adamw
 from .schedules import lr_lambda
-from .setup import load_target, prepare_dataset, resolve_dirs
+from .setup import load_target, prepare_dataset, resolve_dirs, work_dir_of
 from .trackers import prepare_trackers
 
 logger = logging.getLogger(__name__)
@@ -118,10 +120,20 @@ class Outcome:
 def start_run(recipe) -> Run:
     """Folders, the accelerator (precision, trackers), the seed, the frozen target, the
     tokenized data and its target-state source (online forward or offline shards)."""
+    fresh = not work_dir_of(recipe).exists()
+    output_dir, work_dir, cache_dir = resolve_dirs(recipe)
+    try:
+        return _set_up(recipe, output_dir, work_dir, cache_dir)
+    except DraftzooError:
+        if fresh:  # refused before the first step: leave no run folder behind
+            shutil.rmtree(work_dir, ignore_errors=True)
+        raise
+
+
+def _set_up(recipe, output_dir: Path, work_dir: Path, cache_dir: Path) -> Run:
     from accelerate.utils import ProjectConfiguration, set_seed
 
     cfg = recipe.train
-    output_dir, work_dir, cache_dir = resolve_dirs(recipe)
     accelerator = make_accelerator(
         cfg.micro_batch_size,
         cfg.grad_accum,
@@ -167,12 +179,15 @@ def prepare_model(accelerator, model, cfg, schedule: str | None = None, lr_scale
         optimizer, lr_lambda(kind, cfg.warmup_steps, cfg.max_steps, cfg.min_lr_ratio)
     )
     model, optimizer = accelerator.prepare(model, optimizer)
-    accelerator.register_for_checkpointing(scheduler)
+    # the scheduler's state goes into progress.json (`save_checkpoint`), not a pickle
     return model, optimizer, scheduler
 
 
-def resume(accelerator, checkpoints: CheckpointManager) -> Progress:
-    """Load the newest complete checkpoint, if any (partial saves are removed first)."""
+def resume(accelerator, checkpoints: CheckpointManager, scheduler) -> Progress:
+    """Load the newest complete checkpoint, if any (partial saves are removed first).
+
+    Model, optimizer and RNG states come back through `accelerator.load_state` (tensors read
+    with `weights_only=True`, which cannot run code); the scheduler from progress.json."""
     if accelerator.is_main_process:
         checkpoints.clean_partial()
     accelerator.wait_for_everyone()
@@ -181,18 +196,27 @@ def resume(accelerator, checkpoints: CheckpointManager) -> Progress:
         return Progress()
     path, saved = latest
     accelerator.load_state(str(path))
+    if "scheduler" in saved:
+        scheduler.load_state_dict(saved["scheduler"])
+    else:  # a checkpoint from before the scheduler was saved here: its state is a function of step
+        for _ in range(saved["step"]):
+            scheduler.step()
     logger.info("resumed from %s at step %d", path, saved["step"])
     return Progress(saved["step"], saved["train_seconds"], saved.get("supervised_tokens", 0))
 
 
-def save_checkpoint(accelerator, checkpoints: CheckpointManager, progress: Progress) -> None:
-    """An atomic `save_state` at `progress.step`; every process calls it."""
+def save_checkpoint(
+    accelerator, checkpoints: CheckpointManager, progress: Progress, scheduler
+) -> None:
+    """An atomic `save_state` at `progress.step` with the scheduler's state in JSON; every
+    process calls it."""
     checkpoints.save(
         accelerator,
         progress.step,
         {
             "train_seconds": progress.train_seconds,
             "supervised_tokens": progress.supervised_tokens,
+            "scheduler": scheduler.state_dict(),
         },
     )
 
@@ -263,7 +287,7 @@ def train_steps(run: Run, model, optimizer, scheduler, loss: FamilyLoss) -> Outc
 
     cfg, accelerator = run.config, run.accelerator
     checkpoints = CheckpointManager(run.work_dir / "checkpoints", keep=cfg.keep_checkpoints)
-    progress = resume(accelerator, checkpoints)
+    progress = resume(accelerator, checkpoints, scheduler)
     resumed_from = progress.step
     accelerator.init_trackers(
         cfg.project,
@@ -296,7 +320,7 @@ def train_steps(run: Run, model, optimizer, scheduler, loss: FamilyLoss) -> Outc
         if logs:
             metrics = _log_step(run, scheduler, loss, totals, count, progress, bar)
         if done % cfg.checkpoint_every == 0 and done < cfg.max_steps:
-            save_checkpoint(accelerator, checkpoints, progress)
+            save_checkpoint(accelerator, checkpoints, progress, scheduler)
     bar.close()
     progress.train_seconds = time.perf_counter() - began
     return Outcome(progress, resumed_from, metrics, passes)

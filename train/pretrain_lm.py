@@ -155,7 +155,7 @@ def pretrain(
     windows = heldout_windows(load_tokens(data.heldout_tokens), cfg.seq_len, cfg.eval_windows)
     unigram = unigram_loss(train_tokens, windows[:, 1:], len(tokenizer))
     checkpoints = CheckpointManager(work_dir / "checkpoints")
-    progress = resume(accelerator, checkpoints)
+    progress = resume(accelerator, checkpoints, scheduler)
     accelerator.init_trackers("draftzoo-testbed", config={"recipe": json.dumps(to_dict(config))})
     tokens_per_step = (
         cfg.seq_len * cfg.micro_batch_size * cfg.grad_accum * accelerator.num_processes
@@ -184,7 +184,7 @@ def pretrain(
         if progress.step % cfg.eval_every == 0 or progress.step == cfg.max_steps:
             heldout = _evaluate(accelerator, model, windows, unigram, progress, tokens_per_step)
         if progress.step % cfg.checkpoint_every == 0 and progress.step < cfg.max_steps:
-            save_checkpoint(accelerator, checkpoints, progress)
+            save_checkpoint(accelerator, checkpoints, progress, scheduler)
     bar.close()
     accelerator.wait_for_everyone()
     result = PretrainResult(

@@ -18,14 +18,23 @@ logger = logging.getLogger(__name__)
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
+def work_dir_of(recipe) -> Path:
+    """The run's working folder (checkpoints, logs): `work_dir`, else `<output_dir>.work`."""
+    return Path(recipe.work_dir) if recipe.work_dir else Path(f"{recipe.output_dir}.work")
+
+
+def cache_dir_of(recipe) -> Path:
+    """The tokenized-data cache of a recipe (`cache_dir`, else the user's), created."""
+    cache_dir = Path(recipe.cache_dir) if recipe.cache_dir else data_cache_dir()
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    return cache_dir
+
+
 def resolve_dirs(recipe) -> tuple[Path, Path, Path]:
     """(output_dir, work_dir, cache_dir) of a recipe, created."""
-    output_dir = Path(recipe.output_dir)
-    work_dir = Path(recipe.work_dir) if recipe.work_dir else Path(f"{output_dir}.work")
-    cache_dir = Path(recipe.cache_dir) if recipe.cache_dir else data_cache_dir()
-    for folder in (work_dir, cache_dir):
-        folder.mkdir(parents=True, exist_ok=True)
-    return output_dir, work_dir, cache_dir
+    work_dir = work_dir_of(recipe)
+    work_dir.mkdir(parents=True, exist_ok=True)
+    return Path(recipe.output_dir), work_dir, cache_dir_of(recipe)
 
 
 def target_path(spec: TargetSpec) -> str:

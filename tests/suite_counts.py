@@ -1,0 +1,26 @@
+"""Tallies the robustness tests keep, printed at the end of a pytest run (`conftest.py`).
+
+`KILLS[command]`: SIGKILLs a command survived (rerun, nothing lost); `BAD_INPUTS[command]`: bad
+inputs it refused with one clean error line, nothing written.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+KILLS: Counter[str] = Counter()
+BAD_INPUTS: Counter[str] = Counter()
+
+
+def summary_lines() -> list[str]:
+    """The lines printed after the test results (none when no such test ran)."""
+    lines = []
+    if KILLS:
+        parts = ", ".join(f"{name} {count}" for name, count in sorted(KILLS.items()))
+        lines.append(f"fault injection: {sum(KILLS.values())} kill points survived ({parts})")
+    if BAD_INPUTS:
+        parts = ", ".join(f"{name} {count}" for name, count in sorted(BAD_INPUTS.items()))
+        lines.append(
+            f"bad inputs: {sum(BAD_INPUTS.values())} refused with one error line ({parts})"
+        )
+    return lines

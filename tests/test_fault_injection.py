@@ -1,0 +1,285 @@
+"""Fault injection: each command that writes is killed (SIGKILL, the whole process group) at
+seeded random moments and run again; what it finished survives and the end is the same.
+
+| command | killed | must hold after each kill and at the end |
+|---|---|---|
+| `train` (1 process) | 3 times, one folder | weights bit-identical to a straight run |
+| `train` (DDP, 2 gloo processes) | 2 times | the same |
+| `capture` | 3 times | every listed shard matches its sha256; shards equal a straight capture |
+| `regenerate` | 3 times | no torn line survives a rerun; finished rows kept as written |
+| `publish --overwrite` | 3 times | index valid; other entries byte-identical; the entry whole |
+| two `publish` at once | - | both land, the index lists both |
+
+Kill points are drawn (seeded): the command is killed 1-3 units of progress after it restarted
+(a training step, a shard, a row; for publish, once it has begun building the entry) plus a
+random 0-250 ms (0-20 ms for capture, whose shards take milliseconds), so kills land inside
+writes as well as between them. SIGKILL goes to the whole process tree (DDP workers live outside
+the launcher's process group). The straight run is launched like the killed ones (a subprocess,
+one thread). A draw that comes after the command finished is not counted. Counts are printed at
+the end.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from tests.suite_counts import KILLS
+from tests.train.helpers import recipe_yaml, tiny_recipe, write_chat_jsonl
+
+LAUNCH = Path(__file__).parents[1] / "recipes" / "launch" / "ddp.yaml"
+ENV = {"OMP_NUM_THREADS": "1"}  # every run of one comparison launched alike
+
+
+def _command(args: list[str], ddp: bool = False) -> list[str]:
+    if ddp:
+        launch = ["-m", "accelerate.commands.launch", "--config_file", str(LAUNCH)]
+        return [sys.executable, *launch, "--num_processes", "2", "-m", "draftzoo", *args]
+    return [sys.executable, "-m", "draftzoo", *args]
+
+
+def _start(args: list[str], ddp: bool = False) -> subprocess.Popen:
+    return subprocess.Popen(
+        _command(args, ddp),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, **ENV},
+        start_new_session=True,  # its own process group: the kill reaches every rank
+    )
+
+
+def _finish(args: list[str], ddp: bool = False) -> tuple[str, float]:
+    """Run to the end; (output, wall seconds)."""
+    began = time.perf_counter()
+    proc = _start(args, ddp)
+    out = proc.communicate(timeout=600)[0].decode()
+    assert proc.returncode == 0, out[-4000:]
+    return out, time.perf_counter() - began
+
+
+def _kill_tree(proc: subprocess.Popen) -> None:
+    """SIGKILL the process and every descendant (DDP workers leave the launcher's group)."""
+    import psutil
+
+    try:
+        family = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+    except psutil.NoSuchProcess:
+        family = []
+    for member in family:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            member.send_signal(signal.SIGKILL)
+    proc.communicate()
+    psutil.wait_procs(family, timeout=30)
+
+
+def _kill_when(args: list[str], progress, more: int, after: float, ddp: bool = False) -> bool:
+    """Start; once `progress()` (a count of things on disk) has grown by `more`, wait `after`
+    seconds, then SIGKILL the whole tree. False if the command finished first."""
+    start = progress()
+    proc = _start(args, ddp)
+    deadline = time.monotonic() + 600
+    while proc.poll() is None and progress() < start + more and time.monotonic() < deadline:
+        time.sleep(0.01)
+    if after:
+        time.sleep(after)
+    if proc.poll() is not None:
+        out = proc.communicate()[0].decode()
+        assert proc.returncode == 0, out[-4000:]
+        return False
+    _kill_tree(proc)
+    return True
+
+
+def _lines(path: Path) -> int:
+    return path.read_bytes().count(b"\n") if path.is_file() else 0
+
+
+def _draws(name: str, count: int, most: int, wait: float = 0.25) -> list[tuple[int, float]]:
+    """Seeded kill points: (units of progress past the restart, extra seconds up to `wait`)."""
+    draw = random.Random(name)
+    return [(draw.randint(1, most), draw.uniform(0.0, wait)) for _ in range(count)]
+
+
+@pytest.fixture(scope="module")
+def chat(tmp_path_factory) -> Path:
+    return write_chat_jsonl(tmp_path_factory.mktemp("fault-data") / "chat.jsonl", 24)
+
+
+def _train_recipe(root: Path, target: Path, chat: Path) -> Path:
+    train = {"max_steps": 14, "checkpoint_every": 2, "micro_batch_size": 2, "keep_checkpoints": 2}
+    recipe = tiny_recipe(root, target, chat, train=train)
+    return recipe_yaml(recipe, root.with_suffix(".yaml"))
+
+
+@pytest.mark.parametrize("ddp", [False, True], ids=["one-process", "ddp"])
+def test_train_killed_anywhere_resumes_to_identical_weights(testbed_tiny, chat, tmp_path, ddp):
+    straight = _train_recipe(tmp_path / "straight", testbed_tiny[0], chat)
+    _finish(["train", str(straight)], ddp)
+    expected = load_file(tmp_path / "straight" / "drafter" / "model.safetensors")
+
+    killed = _train_recipe(tmp_path / "killed", testbed_tiny[0], chat)
+    drafter = tmp_path / "killed" / "drafter"
+    steps = tmp_path / "killed" / "drafter.work" / "rows-rank0.jsonl"  # a line per step done
+    name = f"train ({'DDP' if ddp else '1 process'})"
+    for more, after in _draws(name, 2 if ddp else 3, 3):
+        if _kill_when(["train", str(killed)], lambda: _lines(steps), more, after, ddp):
+            assert not drafter.exists(), "killed before the export: nothing half-written"
+            KILLS[name] += 1
+    assert KILLS[name], "no kill landed before the end"
+    _finish(["train", str(killed)], ddp)
+    got = load_file(drafter / "model.safetensors")
+    assert got.keys() == expected.keys()
+    for key in expected:
+        assert torch.equal(got[key], expected[key]), key
+
+
+def _capture_args(root: Path, target: Path, chat: Path, shards: Path) -> list[str]:
+    recipe = tiny_recipe(root, target, chat)
+    path = recipe_yaml(recipe, root.with_suffix(".yaml"))
+    return ["capture", str(path), "--dir", str(shards), "--set", "capture.shard_samples=2"]
+
+
+def _valid_shards(folder: Path) -> list[dict]:
+    """The listed shards, each checked against its sha256."""
+    import hashlib
+
+    index = folder / "index.json"
+    if not index.is_file():
+        return []
+    shards = json.loads(index.read_text())["shards"]
+    for shard in shards:
+        digest = hashlib.sha256((folder / shard["file"]).read_bytes()).hexdigest()
+        assert digest == shard["sha256"], shard["file"]
+    return shards
+
+
+def test_capture_killed_anywhere_keeps_only_checksummed_shards(testbed_tiny, chat, tmp_path):
+    straight = tmp_path / "straight-shards"
+    _finish(_capture_args(tmp_path / "a", testbed_tiny[0], chat, straight))
+    killed = tmp_path / "killed-shards"
+    args = _capture_args(tmp_path / "b", testbed_tiny[0], chat, killed)
+
+    def shards() -> int:
+        return len(list(killed.glob("shard-*"))) if killed.is_dir() else 0
+
+    for more, after in _draws("capture", 3, 2, wait=0.02):  # a shard takes ~10 ms
+        if _kill_when(args, shards, more, after):
+            _valid_shards(killed)
+            KILLS["capture"] += 1
+    assert KILLS["capture"], "no kill landed before the end"
+    _finish(args)
+    expected, got = _valid_shards(straight), _valid_shards(killed)
+    assert [s["sha256"] for s in got] == [s["sha256"] for s in expected]
+    assert len(got) > 2
+
+
+def _rows(path: Path) -> tuple[list[dict], bytes]:
+    """(parsed complete lines, the bytes after the last newline)."""
+    if not path.is_file():
+        return [], b""
+    data = path.read_bytes()
+    complete, _, torn = data.rpartition(b"\n")
+    return [json.loads(line) for line in complete.splitlines() if line], torn
+
+
+def test_regenerate_killed_anywhere_keeps_every_finished_row(testbed_tiny, chat, tmp_path):
+    recipe = recipe_yaml(tiny_recipe(tmp_path, testbed_tiny[0], chat), tmp_path / "r.yaml")
+    words = ["--max-new-tokens", "12", "--batch-size", "2", "--limit", "16", "--sort-window", "1"]
+    straight = tmp_path / "straight.jsonl"
+    _finish(["regenerate", str(recipe), "--output", str(straight), *words])
+    out = tmp_path / "killed.jsonl"
+    args = ["regenerate", str(recipe), "--output", str(out), *words]
+    for more, after in _draws("regenerate", 3, 2):
+        before, _ = _rows(out)
+        if _kill_when(args, lambda: _lines(out), more, after):
+            after_kill, _ = _rows(out)
+            assert after_kill[: len(before)] == before  # nothing written earlier was touched
+            KILLS["regenerate"] += 1
+    assert KILLS["regenerate"], "no kill landed before the end"
+    _finish(args)
+    rows, torn = _rows(out)
+    assert torn == b""
+    expected, _ = _rows(straight)
+    assert len(rows) == len(expected) == 16
+    assert [r["row"] for r in rows] == [r["row"] for r in expected]
+
+
+def _tree(folder: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()
+    }
+
+
+@pytest.fixture(scope="module")
+def publishable(tiny_drafters, tiny_target_model, tmp_path_factory):
+    """(drafter folder, its eval report): the tiny EAGLE-3 measured on 2 prompts."""
+    from draftzoo.eval.runner import EvalConfig, evaluate, write_report
+    from draftzoo.inference.load import load_drafter
+
+    model, tokenizer, path = tiny_target_model
+    folder = tiny_drafters["eagle3"]
+    drafter = load_drafter(folder, model, tokenizer, "chain", 3)
+    config = EvalConfig(max_prompts=2, max_new_tokens=12, temperatures=(0.0,))
+    report = evaluate(model, tokenizer, drafter, config, str(path), show_progress=False)
+    return folder, write_report(report, tmp_path_factory.mktemp("fault-report"))
+
+
+def test_publish_killed_anywhere_leaves_the_zoo_whole(publishable, tmp_path):
+    from draftzoo.architectures.drafter_io import checkpoint_hash
+    from draftzoo.architectures.zoo_index import ZooIndex
+    from draftzoo.eval.publish import publish
+
+    folder, report = publishable
+    zoo = tmp_path / "zoo"
+    publish(folder, report, zoo, "keep-a")
+    publish(folder, report, zoo, "keep-b")
+    kept = {name: _tree(zoo / name) for name in ("keep-a", "keep-b")}
+    entries = ZooIndex(zoo).entries()
+    args = ["publish", str(folder), "--report", str(report), "--zoo", str(zoo)]
+    args += ["--name", "entry", "--overwrite"]
+    _finish(args)
+    building = zoo / ".entry.tmp"
+    for _, after in _draws("publish", 3, 1):
+        if _kill_when(args, building.exists, 1, after):
+            now = ZooIndex(zoo).entries()  # parses: never half an index
+            assert {k: now[k] for k in kept} == {k: entries[k] for k in kept}
+            for name, files in kept.items():
+                assert _tree(zoo / name) == files, name
+            if "entry" in now:  # old or new, the entry's folder is whole
+                assert (
+                    checkpoint_hash(ZooIndex(zoo).folder("entry"))
+                    == now["entry"]["checkpoint_hash"]
+                )
+            KILLS["publish"] += 1
+    assert KILLS["publish"], "no kill landed before the end"
+    _finish(args)
+    assert "entry" in ZooIndex(zoo).entries()
+
+
+def test_two_publishes_at_once_both_land(publishable, tmp_path):
+    from draftzoo.architectures.zoo_index import ZooIndex
+
+    folder, report = publishable
+    zoo = tmp_path / "zoo"
+    procs = [
+        _start(["publish", str(folder), "--report", str(report), "--zoo", str(zoo), "--name", n])
+        for n in ("first", "second")
+    ]
+    for proc in procs:
+        out = proc.communicate(timeout=300)[0].decode()
+        assert proc.returncode == 0, out
+    entries = ZooIndex(zoo).entries()
+    assert sorted(entries) == ["first", "second"]
+    for name in entries:
+        assert (ZooIndex(zoo).folder(name) / "README.md").is_file()
