@@ -137,6 +137,9 @@ def test_interrupted_save_never_leaves_a_loadable_checkpoint(testbed_tiny, chat,
     manager = CheckpointManager(Path(f"{recipe.output_dir}.work") / "checkpoints")
     latest, progress = manager.latest()
     assert latest.name == "step-2" and progress["step"] == 2
+    # the schedule is JSON beside the step; no pickle that would load with weights_only=False
+    assert progress["scheduler"]["last_epoch"] == 2
+    assert not list(latest.glob("custom_checkpoint_*"))
     # what a kill during save_state leaves: a half-written folder under the temporary name
     partial = manager.root / ".tmp-step-3"
     partial.mkdir()
