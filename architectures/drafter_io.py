@@ -44,7 +44,7 @@ def save_drafter(
     state_dict: dict[str, Any] | None = None,
 ) -> Path:
     """Write the drafter alone (weights + config + record) to `output_dir`, atomically."""
-    output_dir = Path(output_dir)
+    output_dir = output_path(output_dir)
     tmp = output_dir.with_name(output_dir.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(tmp, safe_serialization=True, state_dict=state_dict)
@@ -64,8 +64,41 @@ def save_drafter(
     return replace_dir(tmp, output_dir)
 
 
+class OutputDirError(DraftzooError, ValueError):
+    """An output folder that holds files draftzoo did not write (it would be replaced whole)."""
+
+
+def output_path(output_dir: Path | str) -> Path:
+    """The folder a command writes, as given; `.`, `..` and the like resolved to their name."""
+    output_dir = Path(output_dir)
+    return output_dir.resolve() if output_dir.name in ("", ".", "..") else output_dir
+
+
+def check_replaceable(output_dir: Path) -> None:
+    """An output folder draftzoo may replace whole: absent, empty, or one it wrote (a drafter
+    with its `draftzoo.json`, or an export whose `config.json` carries a `draftzoo` entry)."""
+    output_dir = Path(output_dir)
+    if not output_dir.exists():
+        return
+    if not output_dir.is_dir():
+        raise OutputDirError(f"{output_dir} is a file; name a folder to write into")
+    if not any(output_dir.iterdir()) or (output_dir / RECORD_FILE).is_file():
+        return
+    try:
+        config = json.loads((output_dir / "config.json").read_text())
+    except (OSError, ValueError):
+        config = None
+    if not (isinstance(config, dict) and "draftzoo" in config):
+        raise OutputDirError(
+            f"{output_dir} already holds files draftzoo did not write, and the output folder is "
+            "replaced whole; name a new folder"
+        )
+
+
 def replace_dir(tmp: Path, output_dir: Path) -> Path:
-    """Move the finished folder `tmp` to `output_dir`, replacing any old one whole."""
+    """Move the finished folder `tmp` to `output_dir`, replacing any old one whole (only one
+    that `check_replaceable` allows)."""
+    check_replaceable(output_dir)
     if output_dir.exists():
         old = output_dir.with_name(output_dir.name + ".old")
         shutil.rmtree(old, ignore_errors=True)

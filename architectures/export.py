@@ -50,7 +50,13 @@ from typing import Any
 
 import torch
 
-from .drafter_io import read_drafter_record, read_drafter_weights, replace_dir
+from .drafter_io import (
+    check_replaceable,
+    output_path,
+    read_drafter_record,
+    read_drafter_weights,
+    replace_dir,
+)
 from .errors import ExportError
 
 #: formats that carry the target's input embedding unless told otherwise
@@ -320,7 +326,8 @@ def export_drafter(
     where the peer's own exporter does, `EMBEDDING_BY_DEFAULT`).
     """
 
-    path, output_dir = Path(path), Path(output_dir)
+    path, output_dir = Path(path), output_path(output_dir)
+    check_replaceable(output_dir)  # before any work
     record = read_drafter_record(path)
     family = record["family"]
     if fmt not in FORMATS.get(family, ()):
@@ -366,7 +373,7 @@ def _fill(path, tmp, record, fmt, target_config, job: ExportJob) -> None:
         export_mtp(path, tmp, Path(target_location(job.target)), read_drafter_weights(path))
         return
     if family == "draft_lm":
-        shutil.copy2(path / "config.json", tmp / "config.json")
+        (tmp / "config.json").write_text(json.dumps({**config, "draftzoo": {"family": family}}))
         shutil.copy2(path / "model.safetensors", tmp / "model.safetensors")
         return
 

@@ -73,6 +73,7 @@ def export_mtp(drafter_dir: Path, out: Path, target_dir: Path, tensors: dict) ->
     (out / INDEX_FILE).write_text(json.dumps({"metadata": {}, "weight_map": weight_map}, indent=1))
     target_config = json.loads((Path(target_dir) / "config.json").read_text())
     target_config["num_nextn_predict_layers"] = config["num_nextn_predict_layers"]
+    target_config["draftzoo"] = {"family": "mtp"}
     (out / "config.json").write_text(json.dumps(target_config, indent=1))
 
 

@@ -64,8 +64,15 @@ class ZooIndex:
         return data["drafters"]
 
     def folder(self, name: str) -> Path:
-        """Where entry `name`'s files are."""
-        return (self.root / self.entries()[name]["files"]).resolve()
+        """Where entry `name`'s files are. A publish killed between moving the old folder to
+        `<name>.old` and renaming the new one into place leaves the old entry whole there, and
+        the index (written last) still describes it."""
+        entries = self.entries()
+        folder = (self.root / entries[name]["files"]).resolve()
+        interrupted = folder.with_name(folder.name + ".old")
+        if not folder.exists() and interrupted.is_dir() and interrupted.name not in entries:
+            return interrupted
+        return folder
 
     @contextmanager
     def locked(self) -> Iterator[dict[str, dict[str, Any]]]:

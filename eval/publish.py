@@ -12,6 +12,7 @@ after that: a publish that fails midway leaves the zoo as it was.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 from datetime import datetime, timezone
@@ -118,6 +119,10 @@ def publish(
         if name in entries and not overwrite:
             raise PublishError(f"{name!r} is already in the zoo {zoo}; pass --overwrite to replace")
         target = zoo / name
+        interrupted = zoo / f"{name}.old"
+        if interrupted.is_dir() and not target.exists() and interrupted.name not in entries:
+            # an earlier publish died between its two renames: put the old entry back first
+            os.replace(interrupted, target)
         tmp = zoo / f".{name}.tmp"
         shutil.rmtree(tmp, ignore_errors=True)
         try:

@@ -339,3 +339,30 @@ def test_remote_code_is_never_trusted(testbed_tiny):
 
     with pytest.raises(UnsafeFileError, match="trust_remote_code"):
         load_causal_lm(testbed_tiny[0], trust_remote_code=True)
+
+
+def test_an_output_folder_with_files_draftzoo_did_not_write_is_refused(
+    tiny_drafters, testbed_tiny, tmp_path, capsys, monkeypatch
+):
+    """Outputs are replaced whole, so a folder holding the user's own files is refused before
+    any work, and `.` (the working directory) with it."""
+    from tests.train.helpers import recipe_yaml, tiny_recipe, write_chat_jsonl
+
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep me")
+    chat = write_chat_jsonl(tmp_path / "c.jsonl", 4)
+    recipe = tiny_recipe(tmp_path / "run", testbed_tiny[0], chat)
+    recipe_file = recipe_yaml(recipe, tmp_path / "r.yaml")
+    cases = [
+        ["export", str(tiny_drafters["eagle3"]), "--format", "vllm", "--output-dir", str(mine)],
+        ["train", str(recipe_file), "--set", f"output_dir={mine}"],
+    ]
+    for argv in cases:
+        _assert_one_error_line(argv, capsys, "did not write")
+    monkeypatch.chdir(mine)
+    dot = ["export", str(tiny_drafters["eagle3"]), "--format", "vllm", "--output-dir", "."]
+    _assert_one_error_line(dot, capsys, "did not write")
+    assert [p.name for p in mine.iterdir()] == ["notes.txt"]
+    assert (mine / "notes.txt").read_text() == "keep me"
+    assert not (tmp_path / "run" / "drafter.work").exists()

@@ -30,7 +30,7 @@ from typing import Any, Protocol
 import torch
 
 from ..architectures.config_io import to_dict
-from ..architectures.drafter_io import save_drafter
+from ..architectures.drafter_io import check_replaceable, output_path, save_drafter
 from ..architectures.errors import DraftzooError
 from ..data.batching import collate
 from ..data.capture import OfflineFeatures, OnlineFeatures
@@ -120,6 +120,7 @@ class Outcome:
 def start_run(recipe) -> Run:
     """Folders, the accelerator (precision, trackers), the seed, the frozen target, the
     tokenized data and its target-state source (online forward or offline shards)."""
+    check_replaceable(output_path(recipe.output_dir))  # refused now, not after the last step
     fresh = not work_dir_of(recipe).exists()
     output_dir, work_dir, cache_dir = resolve_dirs(recipe)
     try:

@@ -160,3 +160,32 @@ def test_load_refuses_another_target(measured, tmp_path):
     folder, _ = measured["eagle3"]
     with pytest.raises(FingerprintMismatchError, match=r"trained for target .*testbed-tiny.*"):
         draftzoo.load(folder, "testbed-small")
+
+
+def test_a_publish_killed_between_its_two_renames_keeps_the_old_entry(measured, tmp_path):
+    """`--overwrite` moves the old folder to `<name>.old`, then renames the new one in; a kill
+    between the two leaves the old entry whole under `.old`: it is found there, and the next
+    publish puts it back before replacing it."""
+    folder, report = measured["eagle3"]
+    zoo = tmp_path / "zoo"
+    publish(folder, report, zoo, "entry")
+    files = sorted(p.name for p in (zoo / "entry").iterdir())
+    shutil.move(zoo / "entry", zoo / "entry.old")  # what the kill leaves
+    index = ZooIndex(zoo)
+    assert index.folder("entry") == (zoo / "entry.old").resolve()
+    assert sorted(p.name for p in index.folder("entry").iterdir()) == files
+    publish(folder, report, zoo, "entry", overwrite=True)
+    assert index.folder("entry") == (zoo / "entry").resolve()
+    assert not (zoo / "entry.old").exists()
+
+
+def test_an_entry_named_like_a_leftover_is_never_taken_for_one(measured, tmp_path):
+    folder, report = measured["eagle3"]
+    zoo = tmp_path / "zoo"
+    publish(folder, report, zoo, "a")
+    publish(folder, report, zoo, "a.old")
+    kept = {p.name: p.read_bytes() for p in (zoo / "a.old").iterdir() if p.is_file()}
+    shutil.rmtree(zoo / "a")
+    assert ZooIndex(zoo).folder("a") == (zoo / "a").resolve()  # missing, not a.old's
+    publish(folder, report, zoo, "a", overwrite=True)
+    assert {p.name: p.read_bytes() for p in (zoo / "a.old").iterdir() if p.is_file()} == kept
