@@ -188,8 +188,8 @@ def _eagle3(config, record, tensors, fmt: str, verifier: str, speculative_tokens
             "speculators_model_type": "eagle3",
             "transformer_layer_config": _llama_fields(config),
             **eagle,
-            # draftzoo's layer: one input norm over nothing, the pre-norm state carried between
-            # steps, no norm on the fused states
+            # draftzoo's layer: no norm on the fused states (norm_before_fc, fc_norm), and the
+            # pre-norm state carried from one step to the next (norm_output)
             "norm_before_fc": False,
             "fc_norm": False,
             "norm_output": False,
