@@ -224,8 +224,8 @@ def _regenerate(args: argparse.Namespace) -> int:
         limit=args.limit,
         sort_window=args.sort_window,
     )
-    if args.writer:
-        target_location(args.writer)  # a writer named by a path that is not there: refused now
+    # a writer named by a path that is not there is refused before anything is loaded
+    writer_location = target_location(args.writer) if args.writer else None
     target = load_target(recipe.target, partial_state().device)
     writer = None
     if args.writer:
@@ -235,11 +235,11 @@ def _regenerate(args: argparse.Namespace) -> int:
         from draftzoo.architectures.safe_load import load_causal_lm
         from draftzoo.architectures.target import TargetError, tokenizer_hash
 
-        if tokenizer_hash(AutoTokenizer.from_pretrained(args.writer)) != tokenizer_hash(
+        if tokenizer_hash(AutoTokenizer.from_pretrained(writer_location)) != tokenizer_hash(
             target.tokenizer
         ):
             raise TargetError(f"--writer {args.writer} does not share the target's tokenizer")
-        writer = load_causal_lm(args.writer, dtype=torch.float32)
+        writer = load_causal_lm(writer_location, dtype=torch.float32)
         writer = writer.to(target.model.device).eval()
     written, report = regenerate(target, recipe.data, Path(args.output), config, writer)
     print(f"data: {report.summary()}")

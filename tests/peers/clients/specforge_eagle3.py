@@ -10,12 +10,11 @@ unchanged except its loss, which runs a Triton kernel (GPU only) and is replaced
 INPUTS/OUT as in speculators_eagle3.py. Prints one JSON line. Runs in the SpecForge venv.
 """
 
-import json
 import sys
 from importlib.metadata import version
 
 import torch
-from safetensors.torch import load_file, save_file
+from client_io import capture_logits, read_inputs, write_result
 from specforge.algorithms.eagle3.model import OnlineEagle3Model
 from specforge.modeling.auto import AutoDraftModel
 from specforge.training.model_loading import warm_start_draft_model
@@ -31,9 +30,8 @@ report = warm_start_draft_model(
 if mode != "strict":
     model.load_embedding(sys.argv[6])
 model.eval()
-x = load_file(inputs)
-logits = []
-model.lm_head.register_forward_hook(lambda module, args, output: logits.append(output.float()))
+x = read_inputs(inputs)
+logits = capture_logits(model.lm_head)
 trainer = OnlineEagle3Model(model, length=steps, attention_backend="sdpa")
 zero = torch.zeros(())
 trainer._acc_and_loss = lambda **kwargs: (zero,) * 7
@@ -44,23 +42,13 @@ with torch.no_grad():
         attention_mask=torch.ones_like(x["ids"]),
         target=torch.zeros(1, s, config.vocab_size),
         loss_mask=torch.ones(1, s, 1),
-        hidden_states=x["states"].float(),
+        hidden_states=x["states"],
         position_ids=x["positions"],
     )
-save_file(
-    {
-        "logits": torch.stack(logits).contiguous(),
-        "embed_tokens": model.embed_tokens.weight.detach().float().contiguous(),
-    },
-    out,
-)
-print(
-    json.dumps(
-        {
-            "peer": f"specforge {version('specforge')}",
-            "class": type(model).__name__,
-            "loaded_keys": report.loaded_keys,
-            "missing_keys": list(report.missing_keys),
-        }
-    )
-)
+info = {
+    "peer": f"specforge {version('specforge')}",
+    "class": type(model).__name__,
+    "loaded_keys": report.loaded_keys,
+    "missing_keys": list(report.missing_keys),
+}
+write_result(out, logits, model.embed_tokens.weight, info)

@@ -8,42 +8,29 @@ INPUTS (safetensors): `ids` [1, s] (the token after each position), `states` [1,
 model holds. Prints one JSON line. Runs in the speculators venv (its own transformers).
 """
 
-import json
 import sys
 from importlib.metadata import version
 
 import torch
-from safetensors.torch import load_file, save_file
+from client_io import capture_logits, read_inputs, write_result
 from speculators import SpeculatorModel
 
 export, inputs, out, steps = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 model = SpeculatorModel.from_pretrained(export, dtype=torch.float32).eval()
-x = load_file(inputs)
-logits = []
-model.lm_head.register_forward_hook(lambda module, args, output: logits.append(output.float()))
+x = read_inputs(inputs)
+logits = capture_logits(model.lm_head)
 with torch.no_grad():
     tokens = model(
-        hidden_states=x["states"].float(),
+        hidden_states=x["states"],
         input_ids=x["ids"],
         document_ids=torch.zeros_like(x["ids"]),
         position_ids=x["positions"],
         ttt_steps=steps,
     )
-save_file(
-    {
-        "logits": torch.stack(logits).contiguous(),
-        "tokens": torch.stack(tokens).contiguous(),
-        "embed_tokens": model.embed_tokens.weight.detach().float().contiguous(),
-    },
-    out,
-)
-print(
-    json.dumps(
-        {
-            "peer": f"speculators {version('speculators')}",
-            "class": type(model).__name__,
-            "verifier": model.config.speculators_config.verifier.name_or_path,
-            "layer_ids": list(model.config.eagle_aux_hidden_state_layer_ids),
-        }
-    )
-)
+info = {
+    "peer": f"speculators {version('speculators')}",
+    "class": type(model).__name__,
+    "verifier": model.config.speculators_config.verifier.name_or_path,
+    "layer_ids": list(model.config.eagle_aux_hidden_state_layer_ids),
+}
+write_result(out, logits, model.embed_tokens.weight, info, tokens=torch.stack(tokens))
