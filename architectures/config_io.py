@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 import types
 import typing
 from pathlib import Path
@@ -11,6 +12,10 @@ from typing import Any, TypeVar
 from .errors import DraftzooError
 
 T = TypeVar("T")
+
+
+#: a number YAML 1.2 reads as a float and PyYAML (YAML 1.1) leaves a string: 1e-3, 5E+4
+YAML12_FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
 
 
 class ConfigError(DraftzooError, ValueError):
@@ -38,6 +43,8 @@ def _convert(value: Any, annotation: Any, where: str) -> Any:
         return tuple(_convert(v, item_type, f"{where}[{i}]") for i, v in enumerate(value))
     if annotation is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
+    if annotation is float and isinstance(value, str) and YAML12_FLOAT.fullmatch(value):
+        return float(value)  # 1e-3: a float in YAML 1.2, a string to PyYAML's 1.1 rules
     if annotation is Path and isinstance(value, str):
         return Path(value)
     if annotation in (int, float, str, bool) and not isinstance(value, annotation):

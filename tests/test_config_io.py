@@ -41,6 +41,18 @@ def test_wrong_scalar_type_is_rejected():
         from_dict(Outer, {"steps": "3"})
 
 
+def test_exponent_floats_that_pyyaml_reads_as_strings_are_floats():
+    """`--set train.lr=1e-3` and `lr: 3e-4`: YAML 1.2 floats that PyYAML leaves as strings."""
+    import yaml
+
+    assert yaml.safe_load("lr: 1e-3") == {"lr": "1e-3"}
+    for text, value in (("1e-3", 1e-3), ("5E+4", 5e4), ("-2.5e-1", -0.25), (".5e1", 5.0)):
+        assert from_dict(Inner, {"rate": text}).rate == value
+    for text in ("1e", "e-3", "fast", "1.0"):  # not an exponent literal: still refused
+        with pytest.raises(ConfigError, match="rate: expected float"):
+            from_dict(Inner, {"rate": text})
+
+
 def test_every_shipped_recipe_path_loads():
     recipes = sorted((recipes_dir() / "testbed").glob("*.yaml"))
     assert {p.stem for p in recipes} == {"testbed-tiny", "testbed-small"}
