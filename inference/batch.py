@@ -5,6 +5,7 @@ KV cache is shared, [rows, heads, slots, dim], and kept *compact*: after every r
 valid slots are gathered to the front (its committed tokens minus the root), finished rows are
 dropped, and the next round's attention mask lets row r see slots [0, len_r) plus its own new
 tree. Positions are per row. So a row's numbers never depend on what the other rows do.
+A batch of one prompt repeated (n samples of it) prefills it once and repeats the cache.
 
 Above `max_speculative_batch` unfinished rows the rounds propose nothing (plain batched
 decoding in the same loop): at high batch the target forward is no longer overhead-bound and
@@ -134,10 +135,15 @@ class BatchGenerator:
         started = time.perf_counter()
         cache = DynamicCache()
         lengths = [len(r.context) - 1 for r in requests]  # cache slots per row (all but the root)
-        self._prefill(cache, [r.context for r in requests], lengths)
+        contexts = [r.context for r in requests]
+        shared = len(requests) > 1 and all(c == contexts[0] for c in contexts)
+        # one prompt asked for several times (n samples of it): prefilled once, cache repeated
+        self._prefill(cache, *((contexts[:1], lengths[:1]) if shared else (contexts, lengths)))
+        if shared and lengths[0] > 0:
+            cache.batch_repeat_interleave(len(requests))
         if max(lengths) > 0:
             for row, request in enumerate(requests):
-                self._observe(captured, request, row, slice(0, lengths[row]))
+                self._observe(captured, request, 0 if shared else row, slice(0, lengths[row]))
         prefill_seconds = time.perf_counter() - started
         active, rounds = list(range(len(requests))), 0
         while active:

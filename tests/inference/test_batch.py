@@ -60,3 +60,22 @@ def test_batch_rows_stop_independently_and_bad_input_is_refused(target_and_token
         batch.generate(["ok", ""])
     with pytest.raises(GenerationError, match="no prompts"):
         batch.generate([])
+
+
+def test_one_prompt_repeated_is_prefilled_once(target_and_tokenizer, reference):
+    """n samples of one prompt: one prefill row, its cache repeated; every row decodes as the
+    prompt alone does (greedy), and each row samples on its own (seeded, rows differ)."""
+    model, tokenizer = target_and_tokenizer
+    batch = BatchGenerator(model, tokenizer, factories(model)["draft-lm-noisy"], 3)
+    widths = []
+    hook = model.register_forward_hook(
+        lambda m, args, kwargs, out: widths.append(kwargs["input_ids"].shape), with_kwargs=True
+    )
+    try:
+        out = batch.generate([PROMPTS[0]] * 3, SamplingParams(max_new_tokens=32))
+    finally:
+        hook.remove()
+    assert widths[0][0] == 1 and all(shape[0] == 3 for shape in widths[1:2])
+    assert [o.token_ids for o in out.outputs] == [reference[0]] * 3
+    sampled = batch.generate([PROMPTS[0]] * 3, SamplingParams(temperature=1.0, seed=0))
+    assert len({tuple(o.token_ids) for o in sampled.outputs}) > 1
