@@ -15,10 +15,12 @@ Its record carries how far the adapter moved the target on held-out rows.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 
 from ..architectures.config_io import ConfigError
+from ..architectures.drafter_io import read_drafter_record
 from ..architectures.lora_adapter import LoraSpec, attach_lora
 from ..architectures.medusa import MedusaConfig, MedusaHeads, build_medusa, load_medusa
 from ..data.capture import CaptureConfig
@@ -104,6 +106,7 @@ def run(recipe: Medusa2Recipe) -> TrainResult:
         **loss.record(outcome.metrics),
         "final_kl": outcome.metrics.get("train/kl", float("nan")),
         "lora": {"rank": recipe.lora.rank, "alpha": recipe.lora.alpha},
+        **_heads_stage(recipe.init_heads),
     }
     bare = run.accelerator.unwrap_model(model)
     bare.eval()
@@ -128,6 +131,16 @@ def _initial_heads(recipe: Medusa2Recipe, target) -> MedusaHeads:
         )
     fresh.load_state_dict(trained.state_dict())
     return fresh
+
+
+def _heads_stage(init_heads: str | None) -> dict:
+    """The heads-only stage the heads came from (Medusa's two-stage recipe): its steps,
+    supervised tokens and time, so the drafter's whole training budget stays on record."""
+    if init_heads is None:
+        return {}
+    trained = read_drafter_record(Path(init_heads)).get("training", {})
+    keys = ("steps", "supervised_tokens", "train_seconds", "num_processes")
+    return {"heads_stage": {key: trained[key] for key in keys if key in trained}}
 
 
 def _drift_record(run, model: AdaptedTargetHeads) -> dict:

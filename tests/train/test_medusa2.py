@@ -150,9 +150,10 @@ def test_offline_capture_is_refused(testbed_tiny, chat, tmp_path):
 
 def test_heads_start_from_medusa1_heads_of_the_same_shape(testbed_tiny, chat, tmp_path):
     from draftzoo.architectures.config_io import ConfigError
+    from draftzoo.architectures.drafter_io import read_drafter_record
     from draftzoo.architectures.medusa import load_medusa
     from draftzoo.train.medusa import run as run_medusa1
-    from draftzoo.train.medusa2 import _initial_heads
+    from draftzoo.train.medusa2 import _heads_stage, _initial_heads
     from tests.train.helpers import tiny_medusa_recipe
 
     stage1 = tiny_medusa_recipe(tmp_path / "m1", testbed_tiny[0], chat)
@@ -164,6 +165,13 @@ def test_heads_start_from_medusa1_heads_of_the_same_shape(testbed_tiny, chat, tm
     for key, tensor in trained.state_dict().items():
         torch.testing.assert_close(started.state_dict()[key], tensor, rtol=0, atol=0)
     assert started.fields["draftzoo_family"] == "medusa2"
+    # the heads-only stage stays on the Medusa-2 record: the drafter's whole training budget
+    stage1_training = read_drafter_record(Path(stage1.output_dir))["training"]
+    assert _heads_stage(stage1.output_dir)["heads_stage"] == {
+        key: stage1_training[key]
+        for key in ("steps", "supervised_tokens", "train_seconds", "num_processes")
+    }
+    assert _heads_stage(None) == {}
     fewer = tiny_medusa2_recipe(
         tmp_path, testbed_tiny[0], chat, init_heads=stage1.output_dir, medusa={"num_heads": 2}
     )
