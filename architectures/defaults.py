@@ -18,6 +18,9 @@ MAX_NEW_TOKENS = 128
 TEMPERATURE = 0.0
 #: draft tokens per round of a fixed-length chain when nothing else is published
 NUM_SPECULATIVE_TOKENS = 4
+#: the losslessness certificate: sampled decodes per prompt, and prompts (eval/certificate.py)
+CERTIFICATE_SAMPLES = 4000
+CERTIFICATE_PROMPTS = 4
 #: tokens an answer may have when `draftzoo regenerate` rewrites the assistant turns
 ANSWER_MAX_NEW_TOKENS = 512
 

@@ -26,6 +26,8 @@ from pathlib import Path
 from draftzoo.architectures.config_io import ConfigError
 from draftzoo.architectures.defaults import (
     ANSWER_MAX_NEW_TOKENS,
+    CERTIFICATE_PROMPTS,
+    CERTIFICATE_SAMPLES,
     COMMITTED_TARGET,
     MAX_NEW_TOKENS,
     NUM_SPECULATIVE_TOKENS,
@@ -306,6 +308,8 @@ def _eval_config(args: argparse.Namespace):
             seed=args.seed,
             teacher_forced=args.teacher_forced,
             position_edges=tuple(args.position_edges),
+            certificate_samples=args.certificate_samples,
+            certificate_prompts=args.certificate_prompts,
         )
     except ValueError as err:  # said before anything loads
         raise ConfigError(f"draftzoo eval: {err}") from err
@@ -352,6 +356,57 @@ def _eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _certify(args: argparse.Namespace) -> int:
+    """Add (or redo) the losslessness certificate in a drafter's eval report."""
+    from dataclasses import asdict, replace
+
+    from draftzoo.architectures.drafter_io import checkpoint_hash, read_drafter_record
+    from draftzoo.eval.certificate import describe
+    from draftzoo.eval.publish import read_report
+    from draftzoo.eval.runner import (
+        REPORT_FILE,
+        EvalConfig,
+        certificate_of,
+        load_prompts,
+        write_report,
+    )
+    from draftzoo.inference.load import load_drafter, load_target, recorded_target, resolve_drafter
+
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    report_path = args.report / REPORT_FILE if args.report.is_dir() else args.report
+    if report_path.name != REPORT_FILE:
+        raise ConfigError(f"--report: give an eval's {REPORT_FILE} or its folder: {report_path}")
+    report = read_report(report_path)
+    folder, _ = resolve_drafter(args.drafter)
+    if report.get("checkpoint", {}).get("sha256") != checkpoint_hash(folder):
+        raise ConfigError(f"{report_path} measured another checkpoint than {folder}")
+    try:
+        config = replace(
+            EvalConfig.from_report(report),
+            certificate_samples=args.samples,
+            certificate_prompts=args.prompts,
+        )
+    except (KeyError, TypeError, ValueError) as err:
+        raise ConfigError(f"draftzoo certify: {report_path}: {err}") from err
+    if not config.certificate_samples:
+        raise ConfigError("draftzoo certify: --samples must be >= 1")
+    record = read_drafter_record(folder)
+    target, tokenizer = load_target(args.target or recorded_target(record))
+    drafter = load_drafter(
+        folder, target, tokenizer, config.proposal, config.num_speculative_tokens, config.tree
+    )
+    prompts = load_prompts(config)[1:]
+    report["certificate"] = certificate_of(target, tokenizer, drafter, config, prompts)
+    report["config"] = asdict(config)
+    write_report(report, report_path.parent)
+    print(describe(report["certificate"]))
+    print(f"report: {report_path}")
+    return 0 if report["certificate"]["passed"] else 1
+
+
 def _greedy_answers(target, tokenizer, config) -> list[list[int]]:
     """Target-only greedy continuations of the evaluation's prompts (warm-up excluded)."""
     from draftzoo.eval.runner import load_prompts
@@ -385,7 +440,47 @@ def _zoo_list(args: argparse.Namespace) -> int:
                 f"{key} tau {m['tau']:.2f} speedup {m['speedup']:.2f}x"
                 for key, m in entry["metrics"].items()
             )
-            print(f"  {name:28} {entry['family']:9} {entry['base_model']:20} {metrics}")
+            certified = "certified" if (entry.get("certificate") or {}).get("passed") else "-"
+            line = f"  {name:28} {entry['family']:9} {entry['base_model']:20} {metrics}"
+            print(f"{line}; {certified}")
+    return 0
+
+
+def _leaderboard(args: argparse.Namespace) -> int:
+    """Rank drafters from their reports: markdown to stdout, files to --output-dir."""
+    from draftzoo.architectures.zoo_index import builtin_zoo_dir, default_zoo_dir
+    from draftzoo.eval import leaderboard
+
+    zoos = [Path(z) for z in args.zoo or []]
+    if not zoos and not args.report:
+        zoos = [default_zoo_dir(), builtin_zoo_dir()]
+    rows = [row for zoo in zoos for row in leaderboard.rows_from_zoo(zoo, args.target)]
+    for path in args.report:
+        report = json.loads(path.read_text()) if path.is_file() else None
+        if report is None or "results" not in report:
+            raise ConfigError(f"--report {path}: not an eval report")
+        if args.target and report["target"]["name"] != args.target:
+            continue
+        folder = Path(report["checkpoint"]["path"])
+        name = folder.name if folder.name else path.parent.name
+        rows.append(leaderboard.row_from_report(report, name, folder if folder.is_dir() else None))
+    if args.references:
+        rows += leaderboard.rows_from_references(args.references)
+    if not rows:
+        raise ConfigError("no drafters to rank: name a --zoo with entries or a --report")
+    title = f"Leaderboard: {args.target or 'every target'}"
+    print(leaderboard.render(rows, title, plot=None))
+    if args.output_dir:
+        for written in leaderboard.write(rows, Path(args.output_dir), title):
+            print(f"written: {written}")
+    if args.readme:
+        text = args.readme.read_text()
+        try:
+            updated = leaderboard.replace_block(text, leaderboard.families_block(rows))
+        except ValueError as err:
+            raise ConfigError(f"--readme {args.readme}: {err}") from err
+        args.readme.write_text(updated)
+        print(f"updated: {args.readme}")
     return 0
 
 
@@ -432,6 +527,23 @@ def _add_acceptance(parser: argparse.ArgumentParser) -> None:
         help="exact (default): lossless, the output is distributed as the target's; typical: "
         "Medusa's typical acceptance, LOSSY at T > 0 (keeps draft tokens the target finds "
         "typical enough; faster, but the output is no longer the target's distribution)",
+    )
+
+
+def _add_certificate_options(parser: argparse.ArgumentParser, samples: str, prompts: str) -> None:
+    """The losslessness certificate's size (defaults: `CertificateConfig`)."""
+    parser.add_argument(
+        samples,
+        type=int,
+        default=CERTIFICATE_SAMPLES,
+        help="losslessness certificate: sampled decodes per prompt at T = 1 (0 = none; "
+        "publish refuses a report without a passed certificate)",
+    )
+    parser.add_argument(
+        prompts,
+        type=int,
+        default=CERTIFICATE_PROMPTS,
+        help="losslessness certificate: prompts it samples",
     )
 
 
@@ -687,10 +799,26 @@ def _add_zoo_commands(commands) -> None:
         "draft lands at, e.g. 128 256 384",
     )
     ev.add_argument("--seed", type=int, default=0)
+    _add_certificate_options(ev, "--certificate-samples", "--certificate-prompts")
     _add_acceptance(ev)
     ev.add_argument("--threads", type=int, default=0, help="torch threads (0 = default)")
     ev.add_argument("--output-dir", help="where the report goes (default runs/eval-NAME)")
     ev.set_defaults(func=_eval)
+
+    cert = commands.add_parser(
+        "certify",
+        help="add the losslessness certificate to a drafter's eval report",
+        description="Samples the first tokens of a few of the report's prompts at T = 1 with "
+        "the drafter as the report served it and tests their distribution against the "
+        "target's exact one (docs/guarantees.md); writes it into the report. Exit 1 when it "
+        "fails.",
+    )
+    cert.add_argument("drafter", help="the drafter folder or zoo name the report measured")
+    cert.add_argument("--report", type=Path, required=True, help="its report.json (or folder)")
+    cert.add_argument("--target", help="target folder or hub name (default: the drafter's own)")
+    _add_certificate_options(cert, "--samples", "--prompts")
+    cert.add_argument("--threads", type=int, default=0, help="torch threads (0 = default)")
+    cert.set_defaults(func=_certify)
 
     pub = commands.add_parser(
         "publish",
@@ -713,6 +841,29 @@ def _add_zoo_commands(commands) -> None:
     listing = zoo_commands.add_parser("list", help="list published drafters and their numbers")
     listing.add_argument("--zoo", help="one zoo folder (default: yours, then the shipped one)")
     listing.set_defaults(func=_zoo_list)
+
+    board = commands.add_parser(
+        "leaderboard",
+        help="rank every drafter of a target from its own report (markdown and a PNG)",
+        description="One row per drafter: parameters, training tokens and time, tau and "
+        "speedup at T = 0 and T = 1, efficiency, draft/verify ms, memory, certificate. Rows "
+        "measured on other hardware or prompts go into separate tables, never one ranking.",
+    )
+    board.add_argument(
+        "--zoo", action="append", help="a zoo folder (repeatable; default: yours and the shipped)"
+    )
+    board.add_argument(
+        "--report", action="append", type=Path, default=[], help="an eval report.json to rank"
+    )
+    board.add_argument(
+        "--references", type=Path, help="reference rows (bench/families.py's references.json)"
+    )
+    board.add_argument("--target", help="only drafters measured on this target")
+    board.add_argument("--output-dir", help="write LEADERBOARD.md and leaderboard.png here")
+    board.add_argument(
+        "--readme", type=Path, help="rewrite the generated families table in this README"
+    )
+    board.set_defaults(func=_leaderboard)
 
     exp = commands.add_parser(
         "export",

@@ -43,7 +43,10 @@ def _prepare_data(recipe) -> None:
 
 
 def _side_by_side(reports: dict[str, dict]) -> str:
-    """tau, speedup over target-only and greedy identity of each drafter at each temperature."""
+    """tau, speedup over target-only and greedy identity of each drafter at each temperature,
+    then each one's losslessness certificate."""
+    from draftzoo.eval.certificate import describe
+
     lines = [f"      {'drafter':28} {'T':>3} {'tau':>6} {'speedup':>9} {'greedy identity':>16}"]
     for name, report in reports.items():
         for row in report["results"]:
@@ -55,6 +58,8 @@ def _side_by_side(reports: dict[str, dict]) -> str:
                 f"      {name:28} {row['temperature']:>3g} {row['tau']:>6.2f} "
                 f"{row['speedup']['mean']:>8.2f}x {identity:>16}"
             )
+    for name, report in reports.items():
+        lines.append(f"      {name}: {describe(report['certificate'])}")
     return "\n".join(lines)
 
 
@@ -79,7 +84,10 @@ def run_demo(out: Path, steps: int, prompts: int) -> int:
 
     _say(3, f"eval: this drafter and the shipped {SHIPPED}, {prompts} HumanEval prompts")
     target, tokenizer = load_target(COMMITTED_TARGET)
-    config = EvalConfig(max_prompts=prompts, max_new_tokens=96)
+    # a smaller certificate than `draftzoo eval` draws (4 x 4000 decodes), to keep the demo short
+    config = EvalConfig(
+        max_prompts=prompts, max_new_tokens=96, certificate_samples=1000, certificate_prompts=2
+    )
     reports, report_path = {}, None
     for name, folder in (("this run", result.output_dir), (SHIPPED, resolve_drafter(SHIPPED)[0])):
         drafter = load_drafter(folder, target, tokenizer)

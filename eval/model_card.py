@@ -12,6 +12,7 @@ from typing import Any
 
 import yaml
 
+from .certificate import describe
 from .runner import batch_one_breakdown, teacher_forced_breakdown
 
 FAMILY_NAMES = {
@@ -154,6 +155,7 @@ def render_card(
         "",
         *_use_section(name, report),
         *_measured_section(report, plots),
+        *certificate_section(report.get("certificate")),
         *_drift_section(report),
         *_training_section(record),
         "## Reproduce",
@@ -188,6 +190,36 @@ def _guarantee(report: dict[str, Any]) -> str:
         "Speculative decoding with it is lossless: greedy output equals the target's, sampled "
         "output is distributed as the target's."
     )
+
+
+def certificate_section(certificate: dict[str, Any] | None) -> list[str]:
+    """The sampled losslessness check of this very checkpoint, with its figures."""
+    if not certificate:
+        return []
+    cfg = certificate["config"]
+    lines = [
+        "",
+        "## Losslessness certificate",
+        "",
+        f"{describe(certificate)}.",
+        "",
+        f"Each prompt was decoded {cfg['samples']} times at T = {cfg['temperature']:g} with "
+        f"this drafter as served above; the first {cfg['tokens']} tokens' joint distribution is "
+        "compared with the target's exact one (outcomes it expects fewer than "
+        f"{cfg['min_expected']:g} times share one bin). A lossless runtime exceeds the "
+        f"threshold on any prompt with probability at most {cfg['false_alarm']:g} "
+        "(TV bound of docs/guarantees.md).",
+        "",
+        "| prompt | prompt tokens | bins | TV | threshold | drafts accepted | passed |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for row in certificate["per_prompt"]:
+        lines.append(
+            f"| {row['prompt']} | {row['prompt_tokens']} | {row['bins']} | {row['tv']:.4f} | "
+            f"{row['threshold']:.4f} | {row['accepted_drafts']} | "
+            f"{'yes' if row['passed'] else 'NO'} |"
+        )
+    return lines
 
 
 def _drift_section(report: dict[str, Any]) -> list[str]:
@@ -268,9 +300,34 @@ def _measured_section(report: dict[str, Any], plots: list[str]) -> list[str]:
     return lines + [f"![{p}]({p})" for p in plots]
 
 
+def _budget(record: dict[str, Any]) -> str:
+    """The whole training budget in words: supervised tokens, packed positions, steps."""
+    training, recipe = record.get("training", {}), record.get("recipe", {})
+    tokens = training.get("supervised_tokens")
+    if tokens is None:
+        return "not recorded"
+    train = recipe.get("train", {})
+    rows = train.get("micro_batch_size", 0) * train.get("grad_accum", 1)
+    positions = training.get("steps", 0) * rows * training.get("num_processes", 1)
+    positions *= recipe.get("data", {}).get("max_length", 0)
+    text = f"{tokens:,} supervised tokens in {training.get('steps')} steps"
+    if positions:
+        text += f" ({positions:,} packed training positions)"
+    stage = training.get("heads_stage")
+    if stage:
+        text += (
+            f", after a heads-only stage of {stage.get('supervised_tokens', 0):,} supervised "
+            f"tokens in {stage.get('steps')} steps (total "
+            f"{tokens + stage.get('supervised_tokens', 0):,})"
+        )
+    elif recipe.get("init_heads"):
+        text += f", its heads started from `{recipe['init_heads']}` (that stage not recorded)"
+    return text
+
+
 def _training_section(record: dict[str, Any]) -> list[str]:
     training = record.get("training", {})
-    lines = ["", "## Training", ""]
+    lines = ["", "## Training", "", f"**Budget**: {_budget(record)}.", ""]
     lines += [f"- {k}: {v}" for k, v in training.items() if k in CARD_TRAINING_FIELDS]
     return [
         *lines,

@@ -31,6 +31,8 @@ from ..architectures.drafter_io import (
 from ..architectures.errors import DraftzooError
 from ..architectures.export import TOKENIZER_FILES
 from ..architectures.zoo_index import ZooIndex
+from .certificate import describe
+from .certificate import headline as certificate_headline
 from .model_card import render_card
 from .plots import plot_report
 from .runner import REPORT_FILE, SUMMARY_FILE, headline
@@ -68,6 +70,22 @@ def check_weights(folder: Path) -> None:
                 handle.get_tensor(key)
     except (SafetensorError, OSError, RuntimeError) as err:
         raise PublishError(f"{folder / 'model.safetensors'} is corrupt: {err}") from err
+
+
+def check_certificate(report: dict[str, Any], report_path: Path | None) -> None:
+    """Refuse a report without a passed losslessness certificate."""
+    certificate = report.get("certificate")
+    if not certificate:
+        raise PublishError(
+            f"the report {report_path} has no losslessness certificate; add one with "
+            f"`draftzoo certify DRAFTER --report {report_path}` (or evaluate without "
+            "--certificate-samples 0)"
+        )
+    if not certificate.get("passed"):
+        raise PublishError(
+            f"the report {report_path}: {describe(certificate)}; the zoo publishes lossless "
+            "drafters only"
+        )
 
 
 def train_command(record: dict[str, Any]) -> str:
@@ -108,6 +126,7 @@ def publish(
             f"the report {report_path} was measured with {report['serving']['acceptance']} "
             "acceptance, which is lossy; the zoo publishes exact (lossless) measurements"
         )
+    check_certificate(report, report_path)
     name = name or str(record.get("recipe", {}).get("name") or folder.name)
     if not ZOO_NAME.fullmatch(name):
         raise PublishError(
@@ -136,6 +155,7 @@ def publish(
             "target": record["target"],
             "base_model": report["target"]["name"],
             "metrics": headline(report),
+            "certificate": certificate_headline(report["certificate"]),
             "serving": report["serving"],
             "files": name,
             "checkpoint_hash": digest,

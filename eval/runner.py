@@ -24,7 +24,7 @@ import resource
 import statistics
 import time
 from collections import defaultdict
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -39,8 +39,9 @@ from ..data.prompts import Prompt, load_prompt_set
 from ..inference.batch import BatchGenerator
 from ..inference.eagle import TreeSettings
 from ..inference.generate import SpeculativeGenerator
-from ..inference.load import DrafterRuntime
+from ..inference.load import PROMPT_LOOKUP, DrafterRuntime
 from ..inference.sampling import ACCEPTANCES, SamplingParams
+from .certificate import CertificateConfig, certify, describe
 from .lm_quality import repeated_ngram_share
 
 REPORT_FILE = "report.json"
@@ -75,6 +76,10 @@ class EvalConfig:
     #: with `teacher_forced`: also split the first draft step's acceptance by the sequence
     #: position its draft lands at, [0, e_1), [e_1, e_2), ..., [e_last, end) (increasing)
     position_edges: tuple[int, ...] = ()
+    #: the losslessness certificate (`draftzoo.eval.certificate`): sampled decodes at T = 1 per
+    #: prompt; 0 = none (publish then refuses the report)
+    certificate_samples: int = CertificateConfig.samples
+    certificate_prompts: int = CertificateConfig.prompts  # the first evaluation prompts
 
     def __post_init__(self) -> None:
         if not self.prompt_sets:
@@ -91,6 +96,8 @@ class EvalConfig:
             raise ValueError(f"acceptance must be one of {ACCEPTANCES}, got {self.acceptance!r}")
         if self.num_speculative_tokens < 1:
             raise ValueError("num_speculative_tokens must be >= 1")
+        if self.certificate_samples < 0 or self.certificate_prompts < 1:
+            raise ValueError("certificate samples must be >= 0 and certificate prompts >= 1")
         if self.position_edges and not self.teacher_forced:
             raise ValueError(
                 "position_edges split the teacher-forced scores: also set teacher_forced "
@@ -99,6 +106,20 @@ class EvalConfig:
         edges = (0, *self.position_edges)
         if any(b <= a for a, b in itertools.pairwise(edges)):
             raise ValueError(f"position_edges must increase from above 0, got {edges[1:]}")
+
+    @classmethod
+    def from_report(cls, report: dict[str, Any]) -> EvalConfig:
+        """The configuration a report was measured with (its lists back to tuples)."""
+        known = {f.name for f in fields(cls)}
+        saved = {k: tuple(v) if isinstance(v, list) else v for k, v in report["config"].items()}
+        return cls(**{k: v for k, v in saved.items() if k in known})
+
+    @property
+    def certificate(self) -> CertificateConfig | None:
+        """The certificate's settings, or None when it is switched off."""
+        if not self.certificate_samples:
+            return None
+        return CertificateConfig(prompts=self.certificate_prompts, samples=self.certificate_samples)
 
     @property
     def tree(self) -> TreeSettings | None:
@@ -438,7 +459,8 @@ def evaluate(
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "checkpoint": {
             "path": str(drafter.folder),
-            "sha256": checkpoint_hash(drafter.folder),
+            # prompt lookup has no weights, so no checkpoint to hash (and none to publish)
+            "sha256": None if drafter.family == PROMPT_LOOKUP else checkpoint_hash(drafter.folder),
             "family": record["family"],
             "training": record.get("training", {}),
         },
@@ -457,10 +479,24 @@ def evaluate(
         "categories": sorted({p.category for p in prompts[1:]}),
         "results": results,
         "teacher_forced": teacher_forced,
+        "certificate": certificate_of(target, tokenizer, drafter, config, prompts[1:]),
         "memory": memory,
         "seconds": time.perf_counter() - started,
         **environment(),
     }
+
+
+def certificate_of(
+    target, tokenizer, drafter: DrafterRuntime, config: EvalConfig, prompts: list[Prompt]
+) -> dict[str, Any] | None:
+    """The losslessness certificate of `drafter` as evaluated (None when switched off)."""
+    settings = config.certificate
+    if settings is None:
+        return None
+    texts = [p.render(tokenizer, config.chat) for p in prompts]
+    return certify(
+        target, tokenizer, drafter.make_proposer, texts, settings, config.acceptance, config.seed
+    )
 
 
 def headline(report: dict[str, Any]) -> dict[str, Any]:
@@ -536,7 +572,7 @@ def summary_text(report: dict[str, Any]) -> str:
     """The human summary of a report."""
     ck, cfg = report["checkpoint"], report["config"]
     lines = [
-        f"drafter   {ck['path']}  ({ck['family']}, sha256 {ck['sha256'][:16]})",
+        f"drafter   {ck['path']}  ({ck['family']}, sha256 {(ck['sha256'] or 'none')[:16]})",
         f"target    {report['target']['name']}",
         f"prompts   {', '.join(cfg['prompt_sets'])}: {report['results'][0]['prompts']} "
         f"(+1 warm-up), {cfg['max_new_tokens']} new tokens, {cfg['repeats']} repeat(s)",
@@ -565,6 +601,7 @@ def summary_text(report: dict[str, Any]) -> str:
         lines.append(f"T={temperature:g}: acceptance per position: {accept}")
     for temperature, text in teacher_forced_breakdown(report):
         lines.append(f"T={temperature:g}: teacher-forced {text}")
+    lines.append(describe(report.get("certificate")))
     drift = report.get("target_drift")
     if drift:
         agreement = drift["greedy_agreement"]

@@ -32,7 +32,13 @@ from .errors import GenerationError
 from .generate import SpeculativeGenerator
 from .medusa import MedusaProposer, MedusaTree, calibrated_tree, resolve_medusa_tree
 from .mtp import MtpProposer
-from .proposers import DraftModelProposer, Proposer, ProposerError, vocabularies_match
+from .proposers import (
+    DraftModelProposer,
+    PromptLookupProposer,
+    Proposer,
+    ProposerError,
+    vocabularies_match,
+)
 
 TREE_FAMILIES = (*EAGLE_KINDS, *MEDUSA_FAMILIES)
 #: `load(num_speculative_tokens=AS_PUBLISHED)`: the length the drafter's zoo entry serves with
@@ -218,6 +224,24 @@ def _mtp(folder, target, tokenizer, tree, static_cache):
         return MtpProposer(drafter)
 
     return drafter, make, None
+
+
+#: the family name of the training-free n-gram proposer in reports
+PROMPT_LOOKUP = "prompt_lookup"
+
+
+def prompt_lookup_runtime(
+    num_speculative_tokens: int = NUM_SPECULATIVE_TOKENS, min_ngram: int = 1, max_ngram: int = 3
+) -> DrafterRuntime:
+    """Prompt lookup (n-gram copying, no weights) as a runtime `draftzoo.eval` can measure."""
+
+    def make() -> Proposer:
+        return PromptLookupProposer(min_ngram, max_ngram)
+
+    record = {"family": PROMPT_LOOKUP, "ngram": [min_ngram, max_ngram], "training": {}}
+    return DrafterRuntime(
+        Path(PROMPT_LOOKUP), record, nn.Module(), make, num_speculative_tokens, "chain"
+    )
 
 
 def load(

@@ -228,7 +228,9 @@ def publishable(tiny_drafters, tiny_target_model, tmp_path_factory):
     model, tokenizer, path = tiny_target_model
     folder = tiny_drafters["eagle3"]
     drafter = load_drafter(folder, model, tokenizer, "chain", 3)
-    config = EvalConfig(max_prompts=2, max_new_tokens=12, temperatures=(0.0,))
+    config = EvalConfig(
+        max_prompts=2, max_new_tokens=12, temperatures=(0.0,), certificate_samples=300
+    )
     report = evaluate(model, tokenizer, drafter, config, str(path), show_progress=False)
     return folder, write_report(report, tmp_path_factory.mktemp("fault-report"))
 

@@ -39,6 +39,8 @@ def eagle3_report(tiny_drafters, tiny_target_model, tmp_path_factory):
         temperatures=(0.0, 1.0),
         batch_sizes=(1, 2),
         repeats=2,
+        certificate_samples=300,
+        certificate_prompts=2,
     )
     return evaluate(model, tokenizer, drafter, config, str(path), show_progress=False)
 
@@ -84,6 +86,10 @@ def test_report_numbers_are_consistent(eagle3_report, tiny_drafters):
     assert memory["target_bytes"] > memory["drafter_bytes"] > 0
     assert memory["peak_kv_cache_bytes"] > 0
     assert report["versions"]["torch"] and report["hardware"]["cpu_count"]
+    certificate = report["certificate"]  # sampled at T = 1 whatever the temperatures measured
+    assert certificate["passed"] and certificate["acceptance"] == "exact"
+    assert [r["prompt"] for r in certificate["per_prompt"]] == [1, 2]
+    assert all(r["tv"] <= r["threshold"] for r in certificate["per_prompt"])
     # the CPU by name, so reports from different machines are told apart
     assert report["hardware"]["cpu_model"] and report["hardware"]["cpu_native_bf16"] in (
         True,
@@ -95,7 +101,8 @@ def test_report_numbers_are_consistent(eagle3_report, tiny_drafters):
 def test_report_files_and_plots(eagle3_report, tmp_path):
     path = write_report(eagle3_report, tmp_path)
     assert json.loads(path.read_text()) == json.loads(json.dumps(eagle3_report))
-    assert "tau" in (tmp_path / "summary.txt").read_text()
+    summary = (tmp_path / "summary.txt").read_text()
+    assert "tau" in summary and "losslessness certificate PASSED" in summary
     assert summary_text(eagle3_report).count("\n") > 8
     written = plot_report(eagle3_report, tmp_path)
     assert [p.name for p in written] == ["acceptance.png", "categories.png", "batch.png"]
@@ -149,6 +156,7 @@ def test_teacher_forced_reports_split_the_first_step_by_draft_position(
         num_speculative_tokens=3,
         teacher_forced=True,
         position_edges=(24,),
+        certificate_samples=0,
     )
     report = evaluate(model, tokenizer, drafter, config, str(path), show_progress=False)
     (entry,) = report["teacher_forced"]
@@ -190,7 +198,11 @@ def test_teacher_forced_field_is_the_chains_teacher_forced_score(
     model, tokenizer, path = tiny_target_model
     drafter = load_drafter(tiny_drafters["eagle3"], model, tokenizer, "chain", 3)
     config = EvalConfig(
-        max_prompts=2, max_new_tokens=12, num_speculative_tokens=3, teacher_forced=True
+        max_prompts=2,
+        max_new_tokens=12,
+        num_speculative_tokens=3,
+        teacher_forced=True,
+        certificate_samples=0,
     )
     report = evaluate(model, tokenizer, drafter, config, str(path), show_progress=False)
     entries = report["teacher_forced"]

@@ -29,7 +29,9 @@ def measured(tiny_drafters, tiny_target_model, tmp_path_factory):
     out = {}
     for family, folder in tiny_drafters.items():
         drafter = load_drafter(folder, model, tokenizer, "chain", 3)
-        config = EvalConfig(max_prompts=2, max_new_tokens=16, temperatures=(0.0,))
+        config = EvalConfig(
+            max_prompts=2, max_new_tokens=16, temperatures=(0.0,), certificate_samples=300
+        )
         report = evaluate(model, tokenizer, drafter, config, str(path), show_progress=False)
         out[family] = (folder, write_report(report, root / family))
     return out

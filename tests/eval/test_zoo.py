@@ -29,6 +29,11 @@ def test_entry_is_whole_and_loads_back_to_its_card(name):
     assert report["checkpoint"]["sha256"] == entry["checkpoint_hash"]
     card = (folder / "README.md").read_text()
     assert card.startswith("---\n") and name in card
+    # every shipped drafter carries its passed losslessness certificate, on the card too
+    assert report["certificate"]["passed"] and entry["certificate"]["passed"]
+    assert report["certificate"]["config"]["samples"] >= 4000
+    assert "## Losslessness certificate" in card and "certificate PASSED" in card
+    assert "**Budget**: " in card
 
     generator = draftzoo.load(name)
     greedy = next(r for r in report["results"] if r["temperature"] == 0 and r["batch_size"] == 1)
