@@ -3,8 +3,9 @@
     draftzoo publish runs/eagle3-testbed-small --report runs/eagle3-eval/report.json \
         --zoo ~/.cache/draftzoo/zoo [--name eagle3-testbed-small] [--push-to-hub ORG/NAME]
 
-Refused without an eval report, or with a report whose checkpoint hash is not this
-checkpoint's, or when the weights cannot be read. The drafter's folder in the zoo is built
+Refused without an eval report, with a report whose checkpoint hash is not this checkpoint's,
+one measured with a lossy acceptance or without a passed losslessness certificate, or when
+the weights cannot be read. The drafter's folder in the zoo is built
 under a temporary name and renamed into place, and the index is rewritten whole under a lock
 after that: a publish that fails midway leaves the zoo as it was.
 """

@@ -9,7 +9,8 @@ warm-up prompt is decoded first and not counted. Batch sizes above 1 decode chun
 many prompts with `BatchGenerator`, target-only and speculative, chunk by chunk. Repeats rerun
 everything, so the speedup comes with its spread. The report (`report.json`) holds tau per
 category, per-position acceptance, tokens/s, speedup (mean, std, min, max over repeats), the
-greedy identity rate, peak memory, hardware, versions and the checkpoint hash; `summary.txt`
+greedy identity rate, peak memory, hardware, versions, the checkpoint hash and the
+losslessness certificate (`draftzoo.eval.certificate`, sampled at T = 1); `summary.txt`
 says the same for people. `teacher_forced` (EAGLE) adds the chain's teacher-forced acceptance
 per draft step on the target's own continuations of the same prompts.
 """

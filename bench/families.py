@@ -1,0 +1,310 @@
+"""Every drafter family on testbed-small at one training budget, measured side by side.
+
+    python bench/families.py                       # train what is missing, measure, rank
+    python bench/families.py --phase train         # resumable: rerun the same command
+    python bench/families.py --phase eval --threads 2
+    python bench/families.py --phase board --output-dir bench/results/families-cpu
+
+The budget is the zoo recipes' own: 3,276,800 packed training positions per family (about
+1.6 M supervised tokens): 3,200 steps x 4 rows x 256 positions for EAGLE-1, EAGLE-3, MTP and
+Medusa-1; 400 steps x 2 processes x 8 rows x 512 for the draft LM; Medusa-2 spends it in two
+stages (Medusa's recipe), 1,600 heads-only steps, then 1,600 joint steps with the LoRA. Every
+family reads the same data (`testbed-chat`, the testbed's training split). The script checks
+the budget from the recipes before anything runs.
+
+Train: each stage runs `draftzoo train` (`accelerate launch` for the DDP draft LM) into
+<work>/<stage>; an interrupted stage resumes from its checkpoint when rerun. A family whose
+shipped zoo drafter was trained by exactly this recipe (every field it recorded equal, the
+same process count; `auto` precision compared as resolved here) is taken from the zoo rather
+than retrained; --retrain trains it anyway.
+Eval: one process, one target; every drafter with `draftzoo.eval.evaluate` (target-only and
+speculative interleaved prompt by prompt, certificate included), chain and, where the family
+has them, trees; prompt lookup the same way; transformers' assisted generation with the draft
+LM beside draftzoo's target-only, interleaved. Reports go to <work>/reports/<row>/; a row
+already measured is kept (so the phase resumes too).
+Board: `draftzoo.eval.leaderboard` over those reports and the reference rows.
+Ship (only when asked, `--phase ship`): each family's best measured row (T = 0 speedup, chain
+or tree) is published into the shipped zoo under the family's zoo name, with its report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from draftzoo.architectures.defaults import recipes_dir
+from draftzoo.architectures.drafter_io import read_drafter_record
+from draftzoo.train.registry import load_recipe
+
+BUDGET = 3_276_800  # packed training positions per family
+ZOO = recipes_dir() / "zoo"
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One training run of a family."""
+
+    folder: str  # under the work folder
+    recipe: str  # under recipes/
+    overrides: tuple[str, ...] = ()
+    processes: int = 1
+    zoo_name: str | None = None  # the shipped drafter this recipe may have trained
+
+
+FAMILIES: dict[str, list[Stage]] = {
+    "draft_lm": [Stage("draft-lm", "draft_lm/testbed-small.yaml", (), 2, "draft-lm-testbed-small")],
+    "eagle1": [Stage("eagle1", "eagle1/testbed-small.yaml", zoo_name="eagle1-testbed-small")],
+    "eagle3": [Stage("eagle3", "eagle3/testbed-small.yaml", zoo_name="eagle3-testbed-small")],
+    "mtp": [Stage("mtp", "mtp/testbed-small.yaml", zoo_name="mtp-testbed-small")],
+    "medusa1": [Stage("medusa1", "medusa1/testbed-small.yaml", zoo_name="medusa1-testbed-small")],
+    "medusa2": [
+        Stage("medusa2-heads", "medusa1/testbed-small.yaml", ("train.max_steps=1600",)),
+        Stage(
+            "medusa2",
+            "medusa2/testbed-small.yaml",
+            ("train.max_steps=1600", "init_heads={work}/medusa2-heads"),
+            zoo_name="medusa2-testbed-small",  # shipped under this name; never reused from it
+        ),
+    ],
+}
+#: families that draft trees as well as chains (rows for both)
+TREES = ("eagle1", "eagle3", "medusa1", "medusa2")
+
+
+def _recipe(stage: Stage, work: Path):
+    overrides = [o.format(work=work) for o in stage.overrides]
+    overrides += [f"output_dir={work / stage.folder}"]
+    return load_recipe(recipes_dir() / stage.recipe, overrides)
+
+
+def positions(stage: Stage, work: Path) -> int:
+    """Packed training positions one stage reads."""
+    recipe = _recipe(stage, work)
+    train = recipe.train
+    rows = train.max_steps * train.micro_batch_size * train.grad_accum * stage.processes
+    return rows * recipe.data.max_length
+
+
+def check_budget(work: Path) -> None:
+    """Every family spends exactly BUDGET positions (before anything runs)."""
+    for family, stages in FAMILIES.items():
+        spent = sum(positions(stage, work) for stage in stages)
+        if spent != BUDGET:
+            sys.exit(f"families: {family} spends {spent:,} positions, not {BUDGET:,}")
+
+
+def _flat(data: dict, prefix: str = "") -> dict:
+    out = {}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def zoo_match(stage: Stage, work: Path) -> Path | None:
+    """The shipped drafter, when this very recipe trained it; else None."""
+    from draftzoo.train.precision import resolve_mixed_precision, training_device
+
+    if stage.zoo_name is None or not (ZOO / stage.zoo_name / "draftzoo.json").is_file():
+        return None
+    record = read_drafter_record(ZOO / stage.zoo_name)
+    if record.get("training", {}).get("num_processes", 1) != stage.processes:
+        return None
+    wanted = _flat(json.loads(json.dumps(asdict(_recipe(stage, work)))))
+    recorded = _flat(record["recipe"])
+    precision = "train.mixed_precision"
+    if wanted.get(precision) == "auto" and recorded.get(precision) != "auto":
+        wanted[precision] = resolve_mixed_precision("auto", training_device(False))
+    ignored = ("output_dir", "name")
+    # a field the record lacks did not exist yet; its default keeps the old behaviour
+    same = all(wanted.get(k) == v for k, v in recorded.items() if k not in ignored)
+    return ZOO / stage.zoo_name if same else None
+
+
+def drafter_of(family: str, work: Path, retrain: bool) -> tuple[Path | None, str]:
+    """(the family's trained drafter or None, where it comes from)."""
+    last = FAMILIES[family][-1]
+    if not retrain and len(FAMILIES[family]) == 1:
+        shipped = zoo_match(last, work)
+        if shipped is not None:
+            return shipped, "the shipped zoo drafter (trained by this very recipe)"
+    folder = work / last.folder
+    if _finished(last, work):
+        return folder, "trained here"
+    return None, "not trained yet"
+
+
+def _finished(stage: Stage, work: Path) -> bool:
+    folder = work / stage.folder
+    if not (folder / "draftzoo.json").is_file():
+        return False
+    steps = read_drafter_record(folder).get("training", {}).get("steps")
+    return steps == _recipe(stage, work).train.max_steps
+
+
+def train(work: Path, families: list[str], retrain: bool) -> None:
+    """Run every missing stage, in order (resumes an interrupted one)."""
+    for family in families:
+        drafter, source = drafter_of(family, work, retrain)
+        if drafter is not None:
+            print(f"[train] {family}: {source}: {drafter}", flush=True)
+            continue
+        for stage in FAMILIES[family]:
+            if _finished(stage, work):
+                continue
+            overrides = [o.format(work=work) for o in stage.overrides]
+            overrides.append(f"output_dir={work / stage.folder}")
+            command = [sys.executable, "-m", "draftzoo", "train", str(recipes_dir() / stage.recipe)]
+            if stage.processes > 1:
+                launch = recipes_dir() / "launch" / "ddp.yaml"
+                command = [
+                    *("accelerate", "launch", "--config_file", str(launch)),
+                    *("--num_processes", str(stage.processes), "-m", "draftzoo"),
+                    *("train", str(recipes_dir() / stage.recipe)),
+                ]
+            for override in overrides:
+                command += ["--set", override]
+            print(f"[train] {family}/{stage.folder}: {' '.join(command)}", flush=True)
+            began = time.time()
+            subprocess.run(command, check=True)
+            print(f"[train] {stage.folder} done in {time.time() - began:.0f} s", flush=True)
+
+
+def eval_config(proposal: str):
+    """The leaderboard's measurement: the zoo cards' prompts, batch 1, one repeat."""
+    from draftzoo.eval.runner import EvalConfig
+
+    return EvalConfig(
+        prompt_sets=("humaneval", "stdlib-heldout"),
+        max_prompts=12,
+        max_new_tokens=128,
+        temperatures=(0.0, 1.0),
+        proposal=proposal,
+    )
+
+
+def measure(work: Path, families: list[str]) -> None:
+    """Every trained drafter (chain, and tree where it has them) and the reference rows."""
+    from draftzoo.eval.runner import evaluate, write_report
+    from draftzoo.inference.load import load_drafter, load_target
+
+    reports = work / "reports"
+    for family in families:
+        drafter, source = drafter_of(family, work, retrain=False)
+        if drafter is None:
+            print(f"[eval] {family}: {source}; skipped", flush=True)
+            continue
+        for proposal in ("chain", "tree") if family in TREES else ("chain",):
+            out = reports / f"{family}-{proposal}"
+            if (out / "report.json").is_file():
+                continue
+            target, tokenizer = load_target("testbed-small")  # fresh: Medusa-2 adapts it
+            config = eval_config(proposal)
+            runtime = load_drafter(
+                drafter, target, tokenizer, proposal, config.num_speculative_tokens, config.tree
+            )
+            print(f"[eval] {family} {proposal}: {drafter}", flush=True)
+            report = evaluate(target, tokenizer, runtime, config, "testbed-small")
+            write_report(report, out)
+    if not (reports / "prompt-lookup-chain" / "report.json").is_file():
+        from draftzoo.inference.load import prompt_lookup_runtime
+
+        target, tokenizer = load_target("testbed-small")
+        config = eval_config("chain")
+        runtime = prompt_lookup_runtime(config.num_speculative_tokens)
+        print("[eval] prompt lookup", flush=True)
+        report = evaluate(target, tokenizer, runtime, config, "testbed-small")
+        write_report(report, reports / "prompt-lookup-chain")
+    draft_lm, _ = drafter_of("draft_lm", work, retrain=False)
+    references = work / "references.json"
+    if draft_lm is not None and not references.is_file():
+        from transformers_reference import assisted_rows
+
+        print("[eval] transformers assisted generation with the draft LM", flush=True)
+        rows = assisted_rows(draft_lm, eval_config("chain"), group_report=_any_report(reports))
+        references.write_text(json.dumps(rows, indent=1) + "\n")
+
+
+def _any_report(reports: Path) -> dict:
+    return json.loads(next(iter(sorted(reports.glob("*/report.json")))).read_text())
+
+
+def board(work: Path, output_dir: Path) -> None:
+    """The leaderboard of this run's reports and reference rows."""
+    from draftzoo.eval import leaderboard
+
+    rows = []
+    for path in sorted((work / "reports").glob("*/report.json")):
+        report = json.loads(path.read_text())
+        folder = Path(report["checkpoint"]["path"])
+        name = path.parent.name
+        here = folder if folder.is_dir() else None
+        rows.append(leaderboard.row_from_report(report, name, here))
+    if (work / "references.json").is_file():
+        rows += leaderboard.rows_from_references(work / "references.json")
+    title = f"Leaderboard: testbed-small, every family at {BUDGET / 1e6:.2f} M training positions"
+    for written in leaderboard.write(rows, output_dir, title):
+        print(f"[board] {written}")
+    print(leaderboard.render(rows, title, plot=None))
+
+
+def ship(work: Path) -> None:
+    """Publish each family's best measured row into the shipped zoo, with its report."""
+    from draftzoo.eval.publish import publish
+
+    best: dict[str, tuple[float, Path]] = {}
+    for path in sorted((work / "reports").glob("*/report.json")):
+        report = json.loads(path.read_text())
+        family = report["checkpoint"]["family"]
+        if family not in FAMILIES:
+            continue  # prompt lookup: nothing to ship
+        speedup = next(
+            r["speedup"]["mean"]
+            for r in report["results"]
+            if r["batch_size"] == 1 and r["temperature"] == 0
+        )
+        if family not in best or speedup > best[family][0]:
+            best[family] = (speedup, path)
+    for family, (speedup, path) in best.items():
+        folder = Path(json.loads(path.read_text())["checkpoint"]["path"])
+        name = FAMILIES[family][-1].zoo_name
+        published = publish(folder, path, ZOO, name, overwrite=True)
+        print(f"[ship] {family}: {path.parent.name} ({speedup:.2f}x at T=0) -> {published}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--work", type=Path, default=Path("runs/families"))
+    phases = ("all", "train", "eval", "board", "ship")
+    parser.add_argument("--phase", choices=phases, default="all", help="all: train, eval, board")
+    parser.add_argument("--family", action="append", choices=sorted(FAMILIES))
+    parser.add_argument("--retrain", action="store_true", help="train even what the zoo holds")
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = default)")
+    parser.add_argument("--output-dir", type=Path, help="the board's folder (default: --work)")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    work = args.work.resolve()
+    families = args.family or list(FAMILIES)
+    check_budget(work)
+    if args.phase in ("all", "train"):
+        train(work, families, args.retrain)
+    if args.phase in ("all", "eval"):
+        measure(work, families)
+    if args.phase in ("all", "board"):
+        board(work, args.output_dir or work)
+    if args.phase == "ship":
+        ship(work)
+
+
+if __name__ == "__main__":
+    main()
