@@ -8,7 +8,8 @@ One row per report: family, proposal (chain or tree), parameters, training token
 tau and speedup at T = 0 and T = 1 (batch 1), efficiency (speedup / tau), draft and verify
 milliseconds per round, the drafter's memory and its losslessness certificate. Rows are ranked
 by T = 0 speedup only against rows measured alike: the same target, the same CPU or GPU and
-thread count, the same prompt sets, prompts per set and new tokens. Any other row goes into
+thread count, the same prompt sets (chat-rendered or raw), prompts per set and new tokens, and
+the same (exact or lossy) acceptance. Any other row goes into
 its own table; a report that does not name its CPU is never ranked with another one.
 Reference rows (target-only, prompt lookup, transformers' assisted generation) come from a
 `references.json` that `bench/families.py` writes beside its reports; they follow the ranking.
@@ -89,12 +90,16 @@ def group_of(report: dict[str, Any]) -> str:
     elif hw.get("cpu_model"):
         device = f"{hw['cpu_model']}, {hw['torch_threads']} threads"
     else:  # an older report: nothing says which CPU, so it stands alone
-        device = f"CPU not recorded ({report['checkpoint']['path']}, {report['created']})"
-    prompts = " + ".join(cfg["prompt_sets"])
-    return (
+        where = report.get("checkpoint", {}).get("path", "?")
+        device = f"CPU not recorded ({where}, {report.get('created', '?')})"
+    prompts = " + ".join(cfg["prompt_sets"]) + ("" if cfg.get("chat", True) else " (raw)")
+    label = (
         f"{report['target']['name']} on {device}; {prompts}, {cfg['max_prompts']} prompts each, "
         f"{cfg['max_new_tokens']} new tokens, batch 1"
     )
+    if cfg.get("acceptance", "exact") != "exact":  # lossy rows are never ranked with exact ones
+        label += f"; LOSSY {cfg['acceptance']} acceptance"
+    return label
 
 
 def _proposal(serving: dict[str, Any]) -> str:

@@ -46,24 +46,28 @@ def test_rows_carry_the_reports_figures():
     assert row.parameters == sum(t.numel() for t in weights.values())
 
 
-def test_groups_never_mix_hardware_or_prompts():
+def test_groups_never_mix_hardware_prompts_or_acceptance():
     eagle1, eagle3 = _report("eagle1-testbed-small"), _report("eagle3-testbed-small")
     same = [_on(eagle1, "CPU A"), _on(eagle3, "CPU A")]
     other_cpu, other_threads = _on(eagle3, "CPU B"), _on(eagle3, "CPU A", threads=4)
     other_prompts = _on(eagle3, "CPU A")
     other_prompts["config"]["prompt_sets"] = ["humaneval"]
+    raw, lossy = _on(eagle3, "CPU A"), _on(eagle3, "CPU A")
+    raw["config"]["chat"] = False
+    lossy["config"]["acceptance"] = "typical"
     unnamed = _on(eagle3, None)
-    reports = [*same, other_cpu, other_threads, other_prompts, unnamed, _on(eagle1, None)]
+    reports = [*same, other_cpu, other_threads, other_prompts, raw, lossy, unnamed]
+    reports.append(_on(eagle1, None))
     rows = [leaderboard.row_from_report(r, f"r{i}") for i, r in enumerate(reports)]
     groups = leaderboard.grouped(rows)
     sizes = sorted(len(members) for members in groups.values())
     # the two CPU-A rows share a table; every other row (unnamed CPUs included) stands alone
-    assert sizes == [1, 1, 1, 1, 1, 2]
+    assert sizes == [1, 1, 1, 1, 1, 1, 1, 2]
     (pair,) = [m for m in groups.values() if len(m) == 2]
     assert {r.name for r in pair} == {"r0", "r1"}
     assert pair == sorted(pair, key=lambda r: -r.speedup())
     text = leaderboard.render(rows, "t", plot=None)
-    assert text.count("| rank |") == 6
+    assert text.count("| rank |") == 8 and "LOSSY typical acceptance" in text
 
 
 def test_pareto_front_and_reference_rows():
