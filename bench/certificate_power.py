@@ -17,21 +17,10 @@ import time
 
 import torch
 
-from draftzoo.eval.certificate import CertificateConfig, certify, describe
+from draftzoo.eval.certificate import CertificateConfig, accept_every_draft, certify, describe
 from draftzoo.eval.runner import EvalConfig, load_prompts
 from draftzoo.inference import round as runtime_round
 from draftzoo.inference.load import load_drafter, load_target, resolve_drafter
-from draftzoo.inference.sampling import probabilities, sample
-
-
-def accept_every_draft(logits, proposal, params, generator):
-    """Lossy on purpose: keep the proposal's first path whole, then sample the target."""
-    path, slot = [], 0
-    while proposal.children[slot]:
-        child = proposal.children[slot][0]
-        path.append(child)
-        slot = child + 1
-    return path, sample(probabilities(logits[slot], params), generator)
 
 
 def main() -> None:

@@ -78,10 +78,13 @@ FAMILIES: dict[str, list[Stage]] = {
 TREES = ("eagle1", "eagle3", "medusa1", "medusa2")
 
 
+def _overrides(stage: Stage, work: Path) -> list[str]:
+    """The stage's recipe overrides, its output folder under `work` included."""
+    return [o.format(work=work) for o in stage.overrides] + [f"output_dir={work / stage.folder}"]
+
+
 def _recipe(stage: Stage, work: Path):
-    overrides = [o.format(work=work) for o in stage.overrides]
-    overrides += [f"output_dir={work / stage.folder}"]
-    return load_recipe(recipes_dir() / stage.recipe, overrides)
+    return load_recipe(recipes_dir() / stage.recipe, _overrides(stage, work))
 
 
 def positions(stage: Stage, work: Path) -> int:
@@ -161,8 +164,6 @@ def train(work: Path, families: list[str], retrain: bool) -> None:
         for stage in FAMILIES[family]:
             if _finished(stage, work):
                 continue
-            overrides = [o.format(work=work) for o in stage.overrides]
-            overrides.append(f"output_dir={work / stage.folder}")
             command = [sys.executable, "-m", "draftzoo", "train", str(recipes_dir() / stage.recipe)]
             if stage.processes > 1:
                 launch = recipes_dir() / "launch" / "ddp.yaml"
@@ -171,7 +172,7 @@ def train(work: Path, families: list[str], retrain: bool) -> None:
                     *("--num_processes", str(stage.processes), "-m", "draftzoo"),
                     *("train", str(recipes_dir() / stage.recipe)),
                 ]
-            for override in overrides:
+            for override in _overrides(stage, work):
                 command += ["--set", override]
             print(f"[train] {family}/{stage.folder}: {' '.join(command)}", flush=True)
             began = time.time()

@@ -462,8 +462,8 @@ def _leaderboard(args: argparse.Namespace) -> int:
         if args.target and report["target"]["name"] != args.target:
             continue
         folder = Path(report["checkpoint"]["path"])
-        name = folder.name if folder.name else path.parent.name
-        rows.append(leaderboard.row_from_report(report, name, folder if folder.is_dir() else None))
+        here = folder if folder.is_dir() else None
+        rows.append(leaderboard.row_from_report(report, folder.name, here))
     if args.references:
         rows += leaderboard.rows_from_references(args.references)
     if not rows:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import torch
@@ -31,7 +31,7 @@ import torch
 from ..architectures.defaults import CERTIFICATE_PROMPTS, CERTIFICATE_SAMPLES
 from ..inference.batch import BatchGenerator
 from ..inference.round import encode_prompt, eos_ids
-from ..inference.sampling import SamplingParams, probabilities
+from ..inference.sampling import SamplingParams, probabilities, sample
 
 REST = "rest"
 
@@ -111,12 +111,7 @@ def _sample_outcomes(
     accepted = 0
     for number, start in enumerate(range(0, config.samples, config.batch_size)):
         rows = min(config.batch_size, config.samples - start)
-        seeded = SamplingParams(
-            temperature=params.temperature,
-            max_new_tokens=config.tokens,
-            seed=(params.seed or 0) + number,
-            acceptance=params.acceptance,
-        )
+        seeded = replace(params, max_new_tokens=config.tokens, seed=(params.seed or 0) + number)
         for out in generator.generate([prompt] * rows, seeded).outputs:
             outcome = tuple(out.token_ids[: config.tokens])
             counts[outcome if outcome in bins else REST] += 1
@@ -208,3 +203,16 @@ def headline(certificate: dict[str, Any]) -> dict[str, Any]:
         "false_alarm": cfg["false_alarm"],
         "worst_tv_over_threshold": round(certificate["max_tv_over_threshold"], 3),
     }
+
+
+def accept_every_draft(logits, proposal, params, generator) -> tuple[list[int], int]:
+    """A deliberately LOSSY acceptance rule, the control that shows the certificate's power
+    (put in place of `draftzoo.inference.round.accept` by the tests and
+    `bench/certificate_power.py`; the runtime never uses it): the proposal's first path kept
+    whole, then a token sampled from the target."""
+    path, slot = [], 0
+    while proposal.children[slot]:
+        child = proposal.children[slot][0]
+        path.append(child)
+        slot = child + 1
+    return path, sample(probabilities(logits[slot], params), generator)

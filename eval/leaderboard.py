@@ -20,25 +20,25 @@ Pareto front of cheaper-and-faster drafters marked).
 from __future__ import annotations
 
 import json
+import math
 import textwrap
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..architectures.drafter_io import read_drafter_record
 from ..architectures.zoo_index import ZooIndex
+from ..inference.load import PROMPT_LOOKUP
 from .certificate import headline as certificate_headline
+from .model_card import FAMILY_NAMES as DRAFTER_FAMILY_NAMES
 
 LEADERBOARD_FILE = "LEADERBOARD.md"
 PLOT_FILE = "leaderboard.png"
+#: the drafter families' names, and the reference methods'
 FAMILY_NAMES = {
-    "draft_lm": "draft LM",
-    "eagle1": "EAGLE-1",
-    "eagle3": "EAGLE-3",
-    "medusa1": "Medusa-1",
-    "medusa2": "Medusa-2",
-    "mtp": "MTP",
-    "prompt_lookup": "prompt lookup",
+    **DRAFTER_FAMILY_NAMES,
+    PROMPT_LOOKUP: "prompt lookup",
     "target_only": "target-only",
     "transformers_assisted": "transformers assisted",
 }
@@ -125,11 +125,7 @@ def parameter_count(folder: Path) -> int | None:
     for path in files:
         with safe_open(str(path), "pt") as handle:
             for key in handle.keys():  # noqa: SIM118 (safe_open has no __iter__)
-                shape = handle.get_slice(key).get_shape()
-                count = 1
-                for size in shape:
-                    count *= size
-                total += count
+                total += math.prod(handle.get_slice(key).get_shape())
     return total
 
 
@@ -147,10 +143,13 @@ def training_budget(training: dict[str, Any]) -> tuple[int | None, float | None]
 
 def _unrecorded_stage(training: dict[str, Any], folder: Path | None) -> bool:
     """A Medusa-2 drafter trained before its heads-only stage was recorded."""
-    record = Path(folder) / "draftzoo.json" if folder else None
-    if "heads_stage" in training or record is None or not record.is_file():
+    if (
+        "heads_stage" in training
+        or folder is None
+        or not (Path(folder) / "draftzoo.json").is_file()
+    ):
         return False
-    return bool(json.loads(record.read_text()).get("recipe", {}).get("init_heads"))
+    return bool(read_drafter_record(Path(folder)).get("recipe", {}).get("init_heads"))
 
 
 def row_from_report(
@@ -173,7 +172,7 @@ def row_from_report(
             certificate_headline(report["certificate"]) if report.get("certificate") else None
         ),
         card=card,
-        reference=checkpoint["family"] == "prompt_lookup",
+        reference=checkpoint["family"] == PROMPT_LOOKUP,
     )
     for result in report["results"]:
         if result["batch_size"] != 1:
@@ -264,7 +263,7 @@ def _cell(row: Row, key: str) -> str:
 
 def _certificate_cell(row: Row) -> str:
     cert = row.certificate
-    if row.reference and row.family != "prompt_lookup":
+    if row.reference and row.family != PROMPT_LOOKUP:
         return "n/a"
     if not cert:
         return "none"
@@ -282,6 +281,11 @@ def _draft_verify(row: Row) -> str:
     return f"{measured.draft_ms:.2f} / {measured.verify_ms:.2f}"
 
 
+def _identity(row: Row) -> str:
+    measured = row.temperatures.get("T=0")
+    return measured.greedy_identity if measured and measured.greedy_identity else "-"
+
+
 def _efficiency(row: Row) -> str:
     measured = row.temperatures.get("T=0")
     return "-" if measured is None or measured.efficiency is None else f"{measured.efficiency:.2f}"
@@ -293,8 +297,8 @@ def table(rows: list[Row]) -> list[str]:
     lines = [
         "| rank | drafter | family | proposal | parameters | training tokens | training time "
         "| T=0 tau | T=0 speedup | T=0 efficiency | T=1 tau | T=1 speedup "
-        "| draft / verify ms (T=0) | drafter MiB | certificate |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| draft / verify ms (T=0) | drafter MiB | greedy identity | certificate |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     rank = 0
     for row in rows:
@@ -309,7 +313,7 @@ def table(rows: list[Row]) -> list[str]:
             f"{FAMILY_NAMES.get(row.family, row.family)} | {row.proposal} | "
             f"{_millions(row.parameters)} | {_tokens(row)} | {seconds} | "
             f"{_cell(row, 'T=0')} | {_efficiency(row)} | {_cell(row, 'T=1')} | "
-            f"{_draft_verify(row)} | {memory} | {_certificate_cell(row)} |"
+            f"{_draft_verify(row)} | {memory} | {_identity(row)} | {_certificate_cell(row)} |"
         )
     return lines
 
@@ -326,7 +330,8 @@ def render(rows: list[Row], title: str, plot: str | None = PLOT_FILE) -> str:
         "measured on other hardware or other prompts and are not ranked together. `*` marks the",
         "Pareto front (no other drafter is both cheaper to train and faster at T = 0).",
         "Efficiency is speedup / tau; the certificate is the sampled losslessness check at",
-        "T = 1 (prompts x samples, worst TV over its threshold; docs/guarantees.md).",
+        "T = 1 (prompts x samples, worst TV over its threshold; docs/guarantees.md); greedy",
+        "identity counts the T = 0 decodes identical to target-only.",
     ]
     if plot:
         lines += ["", f"![speedup against training time]({plot})"]

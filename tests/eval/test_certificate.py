@@ -14,24 +14,14 @@ import pytest
 import torch
 
 from draftzoo.cli import main
-from draftzoo.eval.certificate import CertificateConfig, certify, exact_bins
+from draftzoo.eval.certificate import CertificateConfig, accept_every_draft, certify, exact_bins
 from draftzoo.eval.publish import PublishError, publish
 from draftzoo.eval.runner import EvalConfig, evaluate, write_report
 from draftzoo.inference import round as runtime_round
 from draftzoo.inference.load import load_drafter
-from draftzoo.inference.sampling import SamplingParams, probabilities, sample
+from draftzoo.inference.sampling import SamplingParams, probabilities
 
 SETTINGS = CertificateConfig(prompts=2, samples=1500)
-
-
-def accept_every_draft(logits, proposal, params, generator):
-    """A deliberately lossy acceptance rule: the first path of the proposal, always."""
-    path, slot = [], 0
-    while proposal.children[slot]:
-        child = proposal.children[slot][0]
-        path.append(child)
-        slot = child + 1
-    return path, sample(probabilities(logits[slot], params), generator)
 
 
 def test_exact_bins_are_the_targets_joint_probabilities():
