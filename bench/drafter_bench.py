@@ -20,7 +20,8 @@ T = 0 the prompts whose output differs from target-only (the contract is 0), and
 drafting rounds that accepted the k-th draft token.
 
 `--device cuda --static` runs every method (target-only included) on preallocated caches with
-CUDA graphs for the target's forwards and the draft LM's.
+CUDA graphs for the target's forwards, the draft LM's and the EAGLE chains' drafting (EAGLE-2
+trees and MTP draft eagerly).
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ def build_methods(args, target, tokenizer) -> dict[str, SpeculativeGenerator]:
             # several drafters of one family are told apart by their folder's name
             label = kind if len(folders) == 1 else f"{kind} {Path(folder).name}"
             chain = EagleProposer.from_pretrained(folder, target, tokenizer)
+            chain = EagleProposer(chain.drafter, None, **static)
             methods[f"{label} chain"] = SpeculativeGenerator(
                 target, tokenizer, chain, args.gamma, **static
             )

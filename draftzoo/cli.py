@@ -173,7 +173,8 @@ def _tree_proposer(args: argparse.Namespace, target, tokenizer):
             args.tree_top_k, args.tree_depth, args.tree_tokens, args.tree_sampled_children
         )
     if args.eagle:
-        return EagleProposer.from_pretrained(args.eagle, target, tokenizer, tree)
+        drafter = EagleProposer.from_pretrained(args.eagle, target, tokenizer).drafter
+        return EagleProposer(drafter, tree, static_cache=args.static_cache)
     proposal = "tree" if tree is not None else "chain"
     chain_length = args.num_speculative_tokens if proposal == "chain" else None
     runtime = load_drafter(Path(args.medusa), target, tokenizer, proposal, chain_length, tree)
@@ -675,8 +676,8 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument(
         "--static-cache",
         action="store_true",
-        help="preallocated KV caches (target and draft LM); on CUDA the decode forwards "
-        "replay as CUDA graphs",
+        help="preallocated KV caches (the target, a draft LM, an EAGLE chain's drafter); on "
+        "CUDA their decode forwards replay as CUDA graphs",
     )
     gen.set_defaults(func=_generate)
 

@@ -11,6 +11,12 @@ p(x), after which x is removed from p. When every child is rejected, the next to
 from what remains of p; after a fully accepted path, the bonus token is sampled from p at the
 leaf. Each step is exact, so the output is distributed as target-only sampling.
 
+A chain drafted on the device (its tokens not read yet) is accepted by the same rule on the
+device, in one host read: one uniform per draft token tests them all at once, the accepted
+prefix ends at the first rejection, and the next token is drawn (by inverting the CDF with one
+more uniform) from the residual there, or from p at the leaf after a fully accepted chain —
+for a chain, exactly the distribution of the sequential walk above.
+
 Typical (Medusa's typical acceptance; opt-in, LOSSY, only with `acceptance="typical"` at
 T > 0): a node passes when the target finds its token typical enough at its parent, p(x) >
 min(epsilon, delta x exp(-H(p))); the deepest node whose whole path passes is accepted (the
@@ -37,6 +43,15 @@ def accept_greedy(target_argmax: list[int], proposal: Proposal) -> tuple[list[in
             return accepted, want
         accepted.append(match)
         slot = match + 1
+
+
+def greedy_answer(target_logits: torch.Tensor, proposal: Proposal) -> list[int]:
+    """The target's argmax at every slot, read from the device once: together with the draft
+    tokens when those are still there (a round's one host read)."""
+    argmax = target_logits.argmax(-1)
+    if proposal.unread:
+        return proposal.read_with(argmax)
+    return argmax.tolist()
 
 
 def _residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
@@ -72,6 +87,34 @@ def accept_sampling(
             p = _residual(p, q)
         else:
             return accepted, sample(p, generator)
+
+
+def accept_chain_on_device(
+    target_logits: torch.Tensor,  # [n+1, vocab], slot 0 = root
+    proposal: Proposal,  # a sampled chain whose tokens are still on the device
+    params: SamplingParams,
+    generator: torch.Generator | None,
+) -> tuple[list[int], int]:
+    """Lossless acceptance of a device-drafted sampled chain with one host read."""
+    n = len(proposal)
+    device = target_logits.device
+    tokens = proposal.device_tokens.to(device)
+    p = probabilities(target_logits, params)  # [n+1, vocab]
+    q = proposal.draft_probs.to(device).float()  # [n, vocab]
+    rows = torch.arange(n, device=device)
+    uniforms = torch.rand(n + 1, generator=generator, device=device)
+    passed = uniforms[:n] < p[rows, tokens] / q[rows, tokens]  # q > 0 where it was drawn
+    count = passed.long().cumprod(0).sum()  # accepted prefix length
+    residual = (p[:n] - q).clamp_min(0.0)
+    mass = residual.sum(-1, keepdim=True)
+    residual = torch.where(mass > 0, residual / mass.clamp_min(1e-30), p[:n])  # as `_residual`
+    final = torch.cat([residual, p[n:]]).index_select(0, count.view(1))[0]
+    cdf = final.cumsum(0)
+    index = torch.searchsorted(cdf, uniforms[n] * cdf[-1], right=True)
+    last_with_mass = (cdf >= cdf[-1]).int().argmax()  # a point rounded onto the total
+    next_token = torch.minimum(index, last_with_mass)
+    accepted, token = proposal.read_with(torch.stack([count, next_token]))
+    return list(range(accepted)), token
 
 
 def typical_tokens(p: torch.Tensor, params: SamplingParams) -> torch.Tensor:
@@ -115,7 +158,9 @@ def accept(
 ) -> tuple[list[int], int]:
     """Accepted node indices (root to leaf) and the target's next token."""
     if params.greedy:
-        return accept_greedy(target_logits.argmax(-1).tolist(), proposal)
+        return accept_greedy(greedy_answer(target_logits, proposal), proposal)
     if params.acceptance == "typical":
         return accept_typical(target_logits, proposal, params, generator)
+    if proposal.unread and proposal.is_chain and proposal.draft_probs is not None:
+        return accept_chain_on_device(target_logits, proposal, params, generator)
     return accept_sampling(target_logits, proposal, params, generator)

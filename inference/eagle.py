@@ -35,8 +35,10 @@ import torch
 
 from ..architectures.eagle import DraftCache, EagleDrafter, load_eagle
 from ..architectures.target import TargetAdapter
+from .eagle_static import StaticEagleChain
 from .proposers import Proposer
 from .sampling import SamplingParams, probabilities, sample
+from .transfer import to_device
 from .tree import Proposal
 
 
@@ -55,11 +57,26 @@ class TreeSettings:
 
 
 class EagleProposer(Proposer):
-    """Drafts with an EAGLE-1/3 drafter; a chain, or an EAGLE-2 tree when `tree` is given."""
+    """Drafts with an EAGLE-1/3 drafter; a chain, or an EAGLE-2 tree when `tree` is given.
 
-    def __init__(self, drafter: EagleDrafter, tree: TreeSettings | None = None) -> None:
+    `static_cache` (chains): the drafter's cache is preallocated for `max_cache_length`
+    positions and each round's catch-up and chain replay as CUDA graphs on CUDA
+    (`eagle_static.py`; `cuda_graphs`: None = on when the drafter is on CUDA). EAGLE-2 trees
+    draft on the growing cache, eagerly."""
+
+    def __init__(
+        self,
+        drafter: EagleDrafter,
+        tree: TreeSettings | None = None,
+        static_cache: bool = False,
+        max_cache_length: int = 2048,
+        cuda_graphs: bool | None = None,
+    ) -> None:
         self.drafter = drafter.eval()
         self.tree = tree
+        self.static = None
+        if static_cache and tree is None:
+            self.static = StaticEagleChain(drafter, max_cache_length, cuda_graphs)
         self.target_layers = tuple(drafter.layers)
         self.device = drafter.fc.weight.device
         self.dtype = drafter.fc.weight.dtype
@@ -83,10 +100,12 @@ class EagleProposer(Proposer):
         self.cache = DraftCache()
         self.fed = 0  # real positions in the cache
         self.pending: list[torch.Tensor] = []  # [n, k*h] target states not yet fed
+        if self.static is not None:
+            self.static.reset()
 
     def cache_nbytes(self) -> int:
         """Bytes held by the drafter's KV cache."""
-        return self.cache.nbytes()
+        return self.static.nbytes() if self.static is not None else self.cache.nbytes()
 
     def observe(self, states: torch.Tensor) -> None:
         """Target states [n, k*h] of the next n committed positions."""
@@ -109,7 +128,10 @@ class EagleProposer(Proposer):
                 f"target states cover {self.fed + n} positions, the context has {len(context)} "
                 "tokens; every committed position but the last needs its state"
             )
-        ids = torch.tensor([context[self.fed + 1 : self.fed + n + 1]], device=self.device)
+        ids = to_device([context[self.fed + 1 : self.fed + n + 1]], self.device)
+        if self.static is not None:
+            self.fed += n
+            return self.static.feed(ids, states)
         positions = torch.arange(self.fed, self.fed + n, device=self.device)[None]
         total = len(self.cache) + n
         mask = torch.ones(n, total, dtype=torch.bool, device=self.device).tril(total - n)
@@ -130,6 +152,9 @@ class EagleProposer(Proposer):
         last = self._catch_up(context)
         if max_tokens <= 0 or last is None:
             return Proposal.chain([])
+        if self.static is not None:
+            tokens, draft_probs = self.static.draft(last, max_tokens, params, generator)
+            return Proposal.chain(tokens, draft_probs)  # read with the verification
         try:
             if self.tree is not None and params.greedy:
                 return self._tree(last, max_tokens)

@@ -33,6 +33,7 @@ from .round import (
 from .sampling import SamplingParams
 from .speculation_length import AdaptiveLength
 from .static_forward import StaticForward
+from .transfer import to_device
 from .tree import Proposal
 
 __all__ = [
@@ -196,8 +197,12 @@ class SpeculativeGenerator:
         return min(self.speculation, room)
 
     def _observe(self, captured, slots) -> None:
-        """Hand the proposer the target states of the committed positions `slots`."""
+        """Hand the proposer the target states of the committed positions `slots` (a slice,
+        or the verified slots kept: a chain's are a prefix, read as a slice)."""
         if captured is not None:
+            if isinstance(slots, list):
+                prefix = slots == list(range(len(slots)))
+                slots = slice(0, len(slots)) if prefix else to_device(slots, self.device)
             states = fused_states(captured, self.proposer.target_layers)[0, slots]
             self.proposer.observe(states)
 
@@ -206,7 +211,7 @@ class SpeculativeGenerator:
     ) -> list[int]:
         """One target forward over [root, nodes...]; roll the cache to the accepted path."""
         began = time.perf_counter()
-        input_ids = torch.tensor([[root, *proposal.tokens]], device=self.device)
+        input_ids = proposal.verification_input(root, self.device)
         past = self.static.length if self.static else cache_length(cache)
         if self.static:
             logits = self._static_verify(input_ids, proposal, captured)
@@ -235,8 +240,9 @@ class SpeculativeGenerator:
     def _static_verify(self, input_ids, proposal, captured) -> torch.Tensor:
         if proposal.is_chain:
             return self.static.forward(input_ids, captured=captured)
-        depths = torch.tensor([0, *proposal.depths], device=self.device)
-        return self.static.forward(input_ids, proposal.ancestor_mask(), depths, captured)
+        depths = to_device([0, *proposal.depths], self.device)
+        ancestors = to_device(proposal.ancestor_mask(), self.device)
+        return self.static.forward(input_ids, ancestors, depths, captured)
 
     def _target_cache_bytes(self, cache) -> int:
         """The target's KV bytes after a verification forward, its nodes included (a static

@@ -10,6 +10,7 @@ from ..architectures.errors import DraftzooError
 from .kv_cache import cache_kwargs, cache_nbytes, crop
 from .sampling import SamplingParams, probabilities, sample
 from .static_forward import StaticForward
+from .transfer import to_device
 from .tree import Proposal
 
 
@@ -85,8 +86,8 @@ class DraftModelProposer(Proposer):
     Its KV cache follows the context: before drafting it is cropped to the longest prefix it
     shares with the committed tokens, so rejected drafts are rolled back and only new tokens
     are fed. With `static_cache` the cache is preallocated (`StaticForward`: CUDA graphs on
-    CUDA) and greedy drafting keeps its tokens on the device until the chain is complete, so a
-    round of drafting reads the host once.
+    CUDA) and greedy drafting keeps its tokens on the device: the verification reads them with
+    the target's answer, the round's one host read.
     """
 
     def __init__(
@@ -110,10 +111,11 @@ class DraftModelProposer(Proposer):
         self.static = StaticForward(model, max_cache_length, cuda_graphs) if static_cache else None
         self.cache = None
         self.cached_ids: list[int] = []
+        self._drafted: Proposal | None = None  # fed drafts not yet in `cached_ids`
 
     def reset(self) -> None:
         """Forget the cached context (a new request)."""
-        self.cache, self.cached_ids = None, []
+        self.cache, self.cached_ids, self._drafted = None, [], None
         if self.static:
             self.static.reset()
 
@@ -138,8 +140,11 @@ class DraftModelProposer(Proposer):
         """Roll the cache back to the shared prefix; return the logits after `context`."""
         from transformers import DynamicCache
 
+        if self._drafted is not None:  # the last chain's fed drafts, read by its verification
+            self.cached_ids.extend(self._drafted.tokens[:-1])
+            self._drafted = None
         shared = self._shared_prefix(context)
-        new = torch.tensor([context[shared:]], device=self.device)
+        new = to_device([context[shared:]], self.device)
         if self.static:
             self.static.rollback(shared)
             self.cached_ids = list(context)
@@ -177,10 +182,9 @@ class DraftModelProposer(Proposer):
         return Proposal.chain(tokens, None if params.greedy else torch.stack(draft_probs))
 
     def _greedy_on_device(self, logits: torch.Tensor, max_tokens: int) -> Proposal:
-        """Greedy chain whose tokens stay on the device until one read at the end."""
+        """Greedy chain whose tokens stay on the device (the verification reads them)."""
         drafted = [logits.argmax(-1)]
         for _ in range(max_tokens - 1):
             drafted.append(self._feed(drafted[-1].view(1, 1)).argmax(-1))
-        tokens = torch.stack(drafted).tolist()
-        self.cached_ids.extend(tokens[:-1])
-        return Proposal.chain(tokens)
+        self._drafted = Proposal.chain(torch.stack(drafted))
+        return self._drafted

@@ -24,6 +24,7 @@ import torch
 
 from .errors import GenerationError
 from .kv_cache import cache_kwargs
+from .transfer import to_device
 
 
 class _Slots:
@@ -174,8 +175,8 @@ class StaticForward:
         """Keep the forward's slots `kept_slots` (relative, in order) as the next positions."""
         moves = [(self.length + i, self.length + s) for i, s in enumerate(kept_slots) if s != i]
         if moves:
-            dst = torch.tensor([d for d, _ in moves], device=self.device)
-            src = torch.tensor([s for _, s in moves], device=self.device)
+            dst = to_device([d for d, _ in moves], self.device)
+            src = to_device([s for _, s in moves], self.device)
             for layer in self.cache.layers:
                 layer.keys.index_copy_(2, dst, layer.keys.index_select(2, src))
                 layer.values.index_copy_(2, dst, layer.values.index_select(2, src))

@@ -71,10 +71,12 @@ def test_published_draft_lm_serves_as_transformers_assistant(tmp_path):
     assert torch.equal(plain, assisted)
 
 
-def test_load_with_static_caches_gives_the_same_tokens():
+@pytest.mark.parametrize("name", ["draft-lm-testbed-small", "eagle3-testbed-small"])
+def test_load_with_static_caches_gives_the_same_tokens(name):
+    """The target's cache and the drafter's (a draft LM, an EAGLE chain) preallocated."""
     prompt = load_prompt_set("humaneval")[0]
-    plain = draftzoo.load("draft-lm-testbed-small")
-    static = draftzoo.load("draft-lm-testbed-small", static_cache=True)
+    plain = draftzoo.load(name, proposal="chain")
+    static = draftzoo.load(name, proposal="chain", static_cache=True)
     assert static.static is not None and static.proposer.static is not None
     text = prompt.render(plain.tokenizer, chat=True)
     params = SamplingParams(max_new_tokens=48)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import torch
 
@@ -52,3 +54,49 @@ def perturbed_copy(model, scale: float, seed: int = 0):
             noise = torch.randn(param.shape, generator=generator, dtype=torch.float32)
             param.add_((noise * param.float().std() * scale).to(param.dtype))
     return noisy
+
+
+class RecordingProposer(Proposer):
+    """Another proposer, unchanged, with every proposal it made kept as (tokens, parents)."""
+
+    def __init__(self, inner: Proposer) -> None:
+        self.inner = inner
+        self.target_layers = inner.target_layers
+        self.proposals: list[tuple[list[int], list[int]]] = []
+
+    def propose(self, context, max_tokens, params, generator):
+        proposal = self.inner.propose(context, max_tokens, params, generator)
+        self.proposals.append((list(proposal.tokens), list(proposal.parents)))
+        return proposal
+
+    def reset(self) -> None:
+        self.inner.reset()
+
+    def observe(self, states) -> None:
+        self.inner.observe(states)
+
+    def cache_nbytes(self) -> int:
+        return self.inner.cache_nbytes()
+
+
+#: the tensor methods that hand a value to Python: on a GPU each one waits for the device
+HOST_READS = ("tolist", "item", "__bool__", "__int__", "__float__", "__index__")
+
+
+@contextmanager
+def count_host_reads(monkeypatch) -> Iterator[list[int]]:
+    """Count the calls of `HOST_READS` in the block (into the yielded one-item list). On CPU
+    every tensor is on the host, so this counts what would be device reads on a GPU."""
+    count = [0]
+    for name in HOST_READS:
+        original = getattr(torch.Tensor, name)
+
+        def counted(self, *args, _original=original, **kwargs):
+            count[0] += 1
+            return _original(self, *args, **kwargs)
+
+        monkeypatch.setattr(torch.Tensor, name, counted)
+    try:
+        yield count
+    finally:
+        monkeypatch.undo()

@@ -2,8 +2,12 @@
 
 On the committed testbed-small and the shipped zoo drafters, graphed greedy decoding must give
 the tokens of eager target-only decoding on the same GPU, for target-only, the draft LM, and
-EAGLE-3 chains and trees (whose target states are read back from the graphs' buffers).
+EAGLE-3 chains and trees (whose target states are read back from the graphs' buffers), with
+EAGLE chains drafted by graphs too; a greedy round on static caches synchronises with the
+device once (the read of the drafts with the target's answer).
 """
+
+import warnings
 
 import pytest
 import torch
@@ -43,11 +47,15 @@ def _proposers(target, tokenizer):
         "target-only": None,
         "draft-lm": DraftModelProposer(draft, static_cache=True),
         "eagle3-chain": eagle,
+        "eagle3-chain-graphed": EagleProposer(eagle.drafter, static_cache=True),
         "eagle3-tree": EagleProposer(eagle.drafter, TreeSettings()),
     }
 
 
-@pytest.mark.parametrize("name", ["target-only", "draft-lm", "eagle3-chain", "eagle3-tree"])
+NAMES = ["target-only", "draft-lm", "eagle3-chain", "eagle3-chain-graphed", "eagle3-tree"]
+
+
+@pytest.mark.parametrize("name", NAMES)
 def test_graphed_greedy_output_equals_eager_target_only(target_on_gpu, name):
     target, tokenizer, prompts = target_on_gpu
     params = SamplingParams(max_new_tokens=64)
@@ -90,7 +98,35 @@ def test_eagle_drafts_as_well_on_cuda_as_on_cpu(target_on_gpu, family):
     proposer = EagleProposer.from_pretrained(folder, target)
     eager = SpeculativeGenerator(target, tokenizer, proposer, 4)
     graphed = SpeculativeGenerator(target, tokenizer, proposer, 4, static_cache=True)
+    drafter_graphed = SpeculativeGenerator(
+        target, tokenizer, EagleProposer(proposer.drafter, static_cache=True), 4, static_cache=True
+    )
     expected = _tau(on_cpu, prompts, params)
-    measured = {"eager": _tau(eager, prompts, params), "graphed": _tau(graphed, prompts, params)}
+    measured = {
+        "eager": _tau(eager, prompts, params),
+        "graphed": _tau(graphed, prompts, params),
+        "graphed drafter": _tau(drafter_graphed, prompts, params),
+    }
     assert expected > 2.5, f"the CPU reference itself drafts poorly: tau {expected:.2f}"
     assert all(tau >= 0.9 * expected for tau in measured.values()), (expected, measured)
+
+
+@pytest.mark.parametrize("name", ["target-only", "draft-lm", "eagle3-chain-graphed"])
+def test_a_graphed_greedy_round_synchronises_once(target_on_gpu, name):
+    """After a warm-up request (graph capture synchronises), every greedy round waits for the
+    device once: `torch.cuda.set_sync_debug_mode` warns at each synchronising call."""
+    target, tokenizer, prompts = target_on_gpu
+    params = SamplingParams(max_new_tokens=32)
+    proposer = _proposers(target, tokenizer)[name]
+    graphed = SpeculativeGenerator(target, tokenizer, proposer, 4, static_cache=True)
+    graphed.generate(prompts[0], params)
+    torch.cuda.synchronize()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            out = graphed.generate(prompts[1], params)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    syncs = [w for w in caught if "synchroniz" in str(w.message)]
+    assert len(syncs) == out.metrics.num_target_forwards, [str(w.message) for w in syncs[:5]]

@@ -10,10 +10,11 @@ import torch
 
 from draftzoo.inference.batch import BatchGenerator
 from draftzoo.inference.eagle import EagleProposer, TreeSettings
+from draftzoo.inference.errors import GenerationError
 from draftzoo.inference.generate import SpeculativeGenerator
 from draftzoo.inference.sampling import SamplingParams
 from draftzoo.train.eagle import run
-from tests.inference.helpers import PROMPTS
+from tests.inference.helpers import PROMPTS, RecordingProposer, count_host_reads
 from tests.train.helpers import tiny_eagle_recipe, write_chat_jsonl
 
 
@@ -68,6 +69,69 @@ def test_greedy_output_equals_target_only_batch_1_and_4(
     batched_forwards = sum(o.metrics.num_target_forwards for o in out.outputs)
     assert tokens / batched_forwards > 1.2, f"{case} batched: tau {tokens / batched_forwards:.2f}"
     assert out.num_rounds <= max(len(r) for r in reference)
+
+
+@pytest.mark.parametrize("kind", ["eagle1", "eagle3"])
+def test_static_chain_proposes_what_the_growing_cache_proposes(
+    drafters, target_and_tokenizer, reference, kind
+):
+    """Chains on the static drafter cache — eagerly, and on the graph buffers a CUDA graph
+    captures (run eagerly off CUDA) — propose the growing cache's tokens in every round."""
+    model, tokenizer = target_and_tokenizer
+    drafter = EagleProposer.from_pretrained(drafters[kind], model, tokenizer).drafter
+    params = SamplingParams(max_new_tokens=32)
+    proposals, outputs = {}, {}
+    for name in ("growing", "static", "graph-buffers"):
+        static = name != "growing"
+        inner = EagleProposer(drafter, static_cache=static, max_cache_length=256)
+        if name == "graph-buffers":
+            inner.static.use_graphs = True
+        proposer = RecordingProposer(inner)
+        generator = SpeculativeGenerator(
+            model, tokenizer, proposer, 4, static_cache=static, max_cache_length=256
+        )
+        outs = [generator.generate(p, params) for p in PROMPTS]
+        outputs[name] = [(o.token_ids, o.metrics.num_target_forwards) for o in outs]
+        proposals[name] = proposer.proposals
+        assert [o.token_ids for o in outs] == reference, name
+    assert outputs["static"] == outputs["growing"] == outputs["graph-buffers"]
+    assert proposals["static"] == proposals["growing"] == proposals["graph-buffers"]
+    assert sum(len(tokens) for tokens, _ in proposals["static"]) > 0
+    assert inner.static._feeds and inner.static._chains  # the graph-buffer path really ran
+
+
+@pytest.mark.parametrize("kind", ["eagle1", "eagle3"])
+def test_a_greedy_static_round_reads_the_host_once(
+    drafters, target_and_tokenizer, reference, kind, monkeypatch
+):
+    """Static target and drafter caches, greedy chains: the draft tokens stay on the device,
+    the verification input is built there, and each round reads the draft tokens and the
+    target's argmax in one read (the prefill and the first catch-up read nothing)."""
+    model, tokenizer = target_and_tokenizer
+    drafter = EagleProposer.from_pretrained(drafters[kind], model, tokenizer).drafter
+    proposer = EagleProposer(drafter, static_cache=True, max_cache_length=256)
+    generator = SpeculativeGenerator(
+        model, tokenizer, proposer, 4, static_cache=True, max_cache_length=256
+    )
+    params = SamplingParams(max_new_tokens=32)
+    for prompt, expected in zip(PROMPTS, reference, strict=True):
+        with count_host_reads(monkeypatch) as reads:
+            out = generator.generate(prompt, params)
+        assert out.token_ids == expected
+        assert reads[0] == out.metrics.num_target_forwards, (reads[0], out.metrics.summary())
+
+
+def test_static_chain_refuses_what_it_cannot_hold(drafters, target_and_tokenizer):
+    model, tokenizer = target_and_tokenizer
+    drafter = EagleProposer.from_pretrained(drafters["eagle3"], model, tokenizer).drafter
+    proposer = EagleProposer(drafter, static_cache=True, max_cache_length=256)
+    generator = SpeculativeGenerator(model, tokenizer, proposer, 20)
+    with pytest.raises(GenerationError, match="chains of 1 to 16 tokens, not 20"):
+        generator.generate(PROMPTS[0], SamplingParams(max_new_tokens=24))
+    proposer = EagleProposer(drafter, static_cache=True, max_cache_length=16)
+    generator = SpeculativeGenerator(model, tokenizer, proposer, 4)
+    with pytest.raises(GenerationError, match="static cache holds 16 positions"):
+        generator.generate(list(range(5, 30)), SamplingParams(max_new_tokens=4))
 
 
 def test_a_one_wide_tree_is_the_chain(drafters, target_and_tokenizer):

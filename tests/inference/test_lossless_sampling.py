@@ -91,9 +91,10 @@ def target_exact():
     return target, _exact_distribution(target, PARAMS)
 
 
-def _eagle3(target, tree: bool):
+def _eagle3(target, tree: bool, static: bool = False):
     """An untrained EAGLE-3 drafter over a pruned 4-of-6 draft vocabulary (q is 0 on two
-    tokens the target can emit), its head started from the target's rows."""
+    tokens the target can emit), its head started from the target's rows; `static`: chains on
+    the static drafter cache's graph buffers (Gumbel-max draws, run eagerly off CUDA)."""
     from draftzoo.architectures.eagle import EagleConfig, build_eagle, init_draft_head
     from draftzoo.architectures.target import TargetAdapter
     from draftzoo.inference.eagle import EagleProposer, TreeSettings
@@ -109,7 +110,10 @@ def _eagle3(target, tree: bool):
     # the tree: 2 sampled children per node, the 3 best nodes of each depth expanded (3 of
     # the 4 nodes at depth 2 get children), 12 tokens
     tree_settings = TreeSettings(top_k=3, depth=3, total_tokens=12, sampled_children=2)
-    return EagleProposer(drafter.eval(), tree_settings if tree else None)
+    proposer = EagleProposer(drafter.eval(), tree_settings if tree else None, static, 64)
+    if static:
+        proposer.static.use_graphs = True
+    return proposer
 
 
 def _medusa(target, tree: bool):
@@ -150,6 +154,7 @@ def _mtp(target):
         "draft-lm-bad",
         "tree-deterministic",
         "eagle3-chain-pruned-vocab",
+        "eagle3-chain-static",
         "eagle3-tree",
         "target-only",
     ],
@@ -166,7 +171,7 @@ def test_speculative_sampling_matches_the_target_distribution(target_exact, case
         "target-only": None,
     }.get(case)
     if case.startswith("eagle3"):
-        proposer = _eagle3(target, tree=case == "eagle3-tree")
+        proposer = _eagle3(target, case == "eagle3-tree", case == "eagle3-chain-static")
     if case.startswith("medusa"):
         proposer = _medusa(target, tree=case == "medusa-tree")
     if case == "mtp-chain":
@@ -220,6 +225,39 @@ def test_sample_draws_each_token_with_its_probability(monkeypatch):
     assert _tv(counts, exact) < _threshold(exact)
     monkeypatch.setattr(torch, "rand", lambda *args, **kwargs: torch.tensor(1.0))
     assert sample(weights, generator) == 5
+
+
+def test_device_chain_acceptance_draws_what_the_sequential_walk_draws():
+    """`accept_chain_on_device` (a device-drafted sampled chain, one read) against the exact
+    distribution of (accepted prefix, next token) the sequential rejection walk gives, on
+    random p and q (the TV bound above, 18 outcomes)."""
+    from draftzoo.inference.acceptance import accept_chain_on_device
+    from draftzoo.inference.tree import Proposal
+
+    torch.manual_seed(0)
+    p = torch.randn(3, VOCAB).mul(2).softmax(-1)  # the target at the root and 2 drafts
+    q = torch.randn(2, VOCAB).mul(2).softmax(-1)
+    drafts = [int(q[0].argmax()), int(q[1].argmin())]  # a likely and an unlikely draft
+    exact, reach = {}, 1.0
+    for k, token in enumerate(drafts):
+        keep = min(1.0, (p[k, token] / q[k, token]).item())
+        residual = (p[k] - q[k]).clamp_min(0)
+        residual /= residual.sum()
+        for t in range(VOCAB):
+            exact[(k, t)] = reach * (1 - keep) * residual[t].item()
+        reach *= keep
+    for t in range(VOCAB):
+        exact[(2, t)] = reach * p[2, t].item()
+    params = SamplingParams(temperature=1.0)
+    generator = torch.Generator().manual_seed(1)
+    counts = Counter()
+    logits = p.log()
+    for _ in range(SAMPLES):
+        proposal = Proposal.chain(torch.tensor(drafts), q)
+        accepted, token = accept_chain_on_device(logits, proposal, params, generator)
+        assert proposal.tokens == drafts and accepted == list(range(len(accepted)))
+        counts[(len(accepted), token)] += 1
+    assert _tv(counts, exact) < _threshold(exact)
 
 
 def test_typical_acceptance_is_lossy_and_never_the_default(target_exact):
