@@ -6,6 +6,12 @@ export WANDB_MODE=offline HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 out=bench/results/cpu-families-2026-12-02
 # train what the zoo does not already hold from the very same recipe (Medusa-2 at the budget)
 python bench/families.py --phase train
+# measure from scratch: every row of the board comes from this one process
+stamp=$(date +%s)
+if [ -d runs/families/reports ]; then mv runs/families/reports "runs/families/reports-$stamp"; fi
+if [ -f runs/families/references.json ]; then
+    mv runs/families/references.json "runs/families/references-$stamp.json"
+fi
 # measure every trained family (chain, and tree where it has them), prompt lookup and
 # transformers' assisted generation, then rank them
 python bench/families.py --phase eval --threads 2 2>&1 | tee "$out/eval.log"
