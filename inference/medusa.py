@@ -6,13 +6,14 @@ committed token). Head k read at that state predicts the token k places after th
 call of the heads drafts a whole chain: no drafter cache, nothing to roll back.
 
 Chain: each head's argmax (T = 0), or a token sampled from each head's own distribution q_k
-(T > 0, q returned for lossless acceptance). Tree (`MedusaTree`, Medusa's `medusa_choices`): a
-path (i_1, ..., i_d) is the node under the node of the path without its last index whose token
-is, at T = 0, head d's i_d-th most likely token; at T > 0, the i_d-th of `top_k` tokens drawn
-i.i.d. from head d's q_d (as EAGLE's sampled trees draw children), with q_d returned. A head's
-distribution does not depend on the node above, so every node's children are i.i.d. draws from
-the q they are verified against, and recursive rejection over siblings keeps the output
-distributed as the target's.
+(T > 0, by Gumbel-max on the device; q returned for lossless acceptance). Chains and greedy
+trees stay on the device until the verification reads them with the target's answer.
+Tree (`MedusaTree`, Medusa's `medusa_choices`): a path (i_1, ..., i_d) is the node under the
+node of the path without its last index whose token is, at T = 0, head d's i_d-th most likely
+token; at T > 0, the i_d-th of `top_k` tokens drawn i.i.d. from head d's q_d (as EAGLE's
+sampled trees draw children), with q_d returned. A head's distribution does not depend on the
+node above, so every node's children are i.i.d. draws from the q they are verified against,
+and recursive rejection over siblings keeps the output distributed as the target's.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ from ..architectures.medusa_tree import calibrated_choices, estimated_acceptance
 from ..architectures.target import TargetAdapter
 from .eagle import TreeSettings
 from .proposers import Proposer, ProposerError
-from .sampling import SamplingParams, probabilities, sample
+from .sampling import SamplingParams, gumbel_argmax, probabilities
+from .transfer import to_device
 from .tree import Proposal
 
 #: a sparse 16-node tree for 4 heads: wide near the root, one path deep
@@ -94,19 +96,26 @@ class MedusaTree:
         """Candidates each head must rank."""
         return 1 + max(max(p) for p in self.choices)
 
-    def proposal(self, ranked: torch.Tensor, depth: int) -> Proposal:
-        """The tree's nodes up to `depth`, tokens from `ranked` [heads, top_k]: each head's
-        tokens, best first (T = 0) or as drawn (T > 0)."""
+    def layout(self, depth: int, width: int) -> tuple[list[int], list[int]]:
+        """(where each node's token sits in a flattened [heads, width] table, its parent) for
+        the tree's nodes up to `depth`."""
         index: dict[tuple[int, ...], int] = {}
-        tokens, parents = [], []
-        table = ranked.tolist()
+        cells, parents = [], []
         for path in self.choices:
             if len(path) > depth:
                 continue
-            index[path] = len(tokens)
-            tokens.append(table[len(path) - 1][path[-1]])
+            index[path] = len(cells)
+            cells.append((len(path) - 1) * width + path[-1])
             parents.append(index[path[:-1]] if len(path) > 1 else -1)
-        return Proposal(tokens, parents)
+        return cells, parents
+
+    def proposal(self, ranked: torch.Tensor, depth: int) -> Proposal:
+        """The tree's nodes up to `depth`, tokens from `ranked` [heads, top_k] (each head's
+        tokens, best first at T = 0 or as drawn at T > 0), gathered where `ranked` lies: the
+        host reads them with the verification."""
+        cells, parents = self.layout(depth, ranked.shape[1])
+        flat = ranked[:depth].reshape(-1)
+        return Proposal(flat.index_select(0, to_device(cells, flat.device)), parents)
 
 
 def resolve_medusa_tree(
@@ -191,14 +200,12 @@ class MedusaProposer(Proposer):
         if self.tree is not None and params.greedy:
             return self.tree.proposal(logits.topk(self.tree.top_k, dim=-1).indices, depth)
         if params.greedy:
-            return Proposal.chain(logits.argmax(-1).tolist())
-        q = torch.stack([probabilities(row, params) for row in logits])
-        if self.tree is not None:
-            draws = torch.tensor(
-                [[sample(row, generator) for _ in range(self.tree.top_k)] for row in q]
-            )
+            return Proposal.chain(logits.argmax(-1))  # read with the verification
+        q = probabilities(logits, params)  # [depth, V], each head's own q
+        if self.tree is not None:  # top_k i.i.d. draws from each head's q
+            draws = gumbel_argmax(q[:, None].expand(-1, self.tree.top_k, -1), generator)
             proposal = self.tree.proposal(draws, depth)
-            proposal.draft_probs = q[[d - 1 for d in proposal.depths]]  # node -> its head's q
+            heads = to_device([d - 1 for d in proposal.depths], q.device)
+            proposal.draft_probs = q.index_select(0, heads)  # node -> its head's q
             return proposal
-        tokens = [sample(row, generator) for row in q]
-        return Proposal.chain(tokens, q)
+        return Proposal.chain(gumbel_argmax(q, generator), q)  # one draw per head, on device

@@ -101,3 +101,12 @@ def sample(probs: torch.Tensor, generator: torch.Generator | None) -> int:
     if index >= len(cdf):  # point rounded up onto the total: the last token with mass
         index = int(probs.nonzero()[-1])
     return index
+
+
+def gumbel_argmax(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    """One token per row of `probs` [..., V] (each row a distribution), drawn on its device
+    without a host read: the argmax of log p + Gumbel noise is distributed as p, and a
+    zero-probability token (log 0 = -inf) is never drawn."""
+    uniform = torch.rand(probs.shape, generator=generator, device=probs.device)
+    gumbel = -(-uniform.clamp_min(1e-20).log()).log()
+    return (probs.log() + gumbel).argmax(-1)

@@ -16,7 +16,7 @@ from draftzoo.inference.load import load_drafter
 from draftzoo.inference.medusa import MedusaProposer, MedusaTree
 from draftzoo.inference.proposers import ProposerError
 from draftzoo.inference.sampling import SamplingParams
-from tests.inference.helpers import PROMPTS
+from tests.inference.helpers import PROMPTS, count_host_reads
 from tests.train.helpers import tiny_medusa_recipe, write_chat_jsonl
 
 TREE = MedusaTree(((0,), (1,), (0, 0), (0, 1), (1, 0), (0, 0, 0), (0, 0, 1)))
@@ -59,6 +59,25 @@ def test_greedy_output_equals_target_only_batch_1_and_4(
     )
     out = batch.generate(PROMPTS, params)
     assert [o.token_ids for o in out.outputs] == reference
+
+
+@pytest.mark.parametrize("tree", [None, TREE], ids=["chain", "tree"])
+def test_a_greedy_round_reads_the_host_once(
+    heads_folder, target_and_tokenizer, reference, tree, monkeypatch
+):
+    """The heads' chain or tree stays on the device (gathered there from each head's
+    ranking); the verification reads it with the target's argmax in one read per round."""
+    model, tokenizer = target_and_tokenizer
+    proposer = MedusaProposer.from_pretrained(heads_folder, model, tokenizer, tree)
+    generator = SpeculativeGenerator(
+        model, tokenizer, proposer, 3, static_cache=True, max_cache_length=256
+    )
+    params = SamplingParams(max_new_tokens=32)
+    for prompt, expected in zip(PROMPTS, reference, strict=True):
+        with count_host_reads(monkeypatch) as reads:
+            out = generator.generate(prompt, params)
+        assert out.token_ids == expected
+        assert reads[0] == out.metrics.num_target_forwards, (reads[0], out.metrics.summary())
 
 
 def test_the_tree_is_each_heads_ranking_under_its_parent():
