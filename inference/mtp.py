@@ -15,8 +15,9 @@ tokens:
    (as vLLM does when more tokens are asked than modules exist);
 4. everything drafted is cropped from the cache, so the next round starts from real entries.
 
-Greedy drafts are each module's argmax; at T > 0 each draft is sampled from its q, which is
-returned for lossless acceptance.
+Greedy drafts are each module's argmax; at T > 0 each draft is sampled from its q (Gumbel-max),
+which is returned for lossless acceptance. The drafts stay on the device: the verification reads
+them with the target's answer.
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ from ..architectures.mtp import MtpDrafter, load_mtp
 from ..architectures.target import TargetAdapter
 from .kv_cache import cache_nbytes, crop_layers
 from .proposers import Proposer
-from .sampling import SamplingParams, probabilities, sample
+from .sampling import SamplingParams, gumbel_argmax, probabilities
+from .transfer import to_device
 from .tree import Proposal
 
 
@@ -74,9 +76,9 @@ class MtpProposer(Proposer):
             self.inputs[0] = torch.cat([self.inputs[0], states.to(self.device, self.dtype)])
 
     # -- feeding ---------------------------------------------------------------------------
-    def _feed(self, k: int, previous: torch.Tensor, ids: list[int], first: int) -> torch.Tensor:
-        """Module k over positions first.. (len(ids) of them) after its cached entries, each
-        seeing the cache and the new entries up to itself; outputs [n, h]."""
+    def _feed(self, k: int, previous: torch.Tensor, ids: torch.Tensor, first: int) -> torch.Tensor:
+        """Module k over positions first.. (tokens `ids` [n] on the device) after its cached
+        entries, each seeing the cache and the new entries up to itself; outputs [n, h]."""
         n = len(ids)
         mask = None  # one entry sees the whole cache and itself
         if n > 1:
@@ -85,8 +87,7 @@ class MtpProposer(Proposer):
             mask = torch.ones(n, total, dtype=torch.bool, device=self.device).tril(total - n)
             mask = mask[None, None]
         positions = torch.arange(first + k, first + k + n, device=self.device)[None]
-        tokens = torch.tensor([ids], device=self.device)
-        out = self.drafter.module(k, tokens, previous[None], positions, mask, self.cache)
+        out = self.drafter.module(k, ids[None], previous[None], positions, mask, self.cache)
         return out[0]
 
     def _catch_up(self, context: list[int]) -> bool:
@@ -103,7 +104,7 @@ class MtpProposer(Proposer):
             start, end = self.fed[k], min(len(self.inputs[k]), c - 1 - k)
             if end <= start:
                 continue
-            ids = context[start + k + 1 : end + k + 1]
+            ids = to_device(context[start + k + 1 : end + k + 1], self.device)
             out = self._feed(k, self.inputs[k][start:end], ids, start)
             self.fed[k] = end
             if k + 1 < self.drafter.depth:
@@ -129,21 +130,19 @@ class MtpProposer(Proposer):
             crop_layers(self.cache, self.fed)
 
     def _chain(self, context, max_tokens, params, generator) -> Proposal:
+        """The drafts stay on the device (each [1]); the verification reads them."""
         c, depth = len(context), self.drafter.depth
-        drafts: list[int] = []
+        drafts: list[torch.Tensor] = []
         qs: list[torch.Tensor] = []
 
         def draw(hidden: torch.Tensor) -> None:
             logits = self.drafter.logits(hidden).float()
             if params.greedy:
-                drafts.append(int(logits.argmax()))
+                drafts.append(logits.argmax(-1, keepdim=True))
             else:
                 q = probabilities(logits, params)
-                drafts.append(sample(q, generator))
+                drafts.append(gumbel_argmax(q, generator).view(1))
                 qs.append(q)
-
-        def token(i: int) -> int:
-            return context[i] if i < c else drafts[i - c]
 
         draw(self.last)
         # module k-1's outputs at the positions it drafted at: none for module 0
@@ -152,16 +151,18 @@ class MtpProposer(Proposer):
         for k in range(1, min(depth, max_tokens)):
             start = self.fed[k]
             previous = torch.cat([self.inputs[k][start:], spec])
-            ids = [token(p + k + 1) for p in range(start, c - 1)]
+            # tokens start + k + 1 .. c + k - 1: committed ones, then the k drafts so far
+            committed = to_device(context[start + k + 1 : c], self.device)
+            ids = torch.cat([committed, *drafts[:k]])
             spec = self._feed(k, previous, ids, start)
             hidden = spec[-1]
             draw(hidden)
         # past the modules: the last one again, on its own output, one position further
         last_module, position = min(depth, max_tokens) - 1, c - 1
         while len(drafts) < max_tokens:
-            out = self._feed(last_module, hidden[None], [drafts[-1]], position)
+            out = self._feed(last_module, hidden[None], drafts[-1], position)
             hidden, position = out[-1], position + 1
             draw(hidden)
         if params.greedy:
-            return Proposal.chain(drafts)
-        return Proposal.chain(drafts, torch.stack(qs))
+            return Proposal.chain(torch.cat(drafts))
+        return Proposal.chain(torch.cat(drafts), torch.stack(qs))
