@@ -20,8 +20,8 @@ T = 0 the prompts whose output differs from target-only (the contract is 0), and
 drafting rounds that accepted the k-th draft token.
 
 `--device cuda --static` runs every method (target-only included) on preallocated caches with
-CUDA graphs for the target's forwards, the draft LM's and the EAGLE chains' drafting (EAGLE-2
-trees and MTP draft eagerly).
+CUDA graphs for the target's forwards, the draft LM's and EAGLE's drafting (chains and greedy
+EAGLE-2 trees; sampled trees, Medusa and MTP draft eagerly, their tokens kept on the device).
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def build_methods(args, target, tokenizer) -> dict[str, SpeculativeGenerator]:
                 target, tokenizer, chain, args.gamma, **static
             )
             if kind == "EAGLE-3" or args.eagle1_tree:
-                trees = EagleProposer(chain.drafter, tree)
+                trees = EagleProposer(chain.drafter, tree, **static)
                 methods[f"{label} tree"] = SpeculativeGenerator(
                     target, tokenizer, trees, args.tree_depth, **static
                 )

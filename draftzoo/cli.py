@@ -676,8 +676,8 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument(
         "--static-cache",
         action="store_true",
-        help="preallocated KV caches (the target, a draft LM, an EAGLE chain's drafter); on "
-        "CUDA their decode forwards replay as CUDA graphs",
+        help="preallocated KV caches (the target, a draft LM, an EAGLE drafter); on CUDA "
+        "their decode forwards replay as CUDA graphs",
     )
     gen.set_defaults(func=_generate)
 

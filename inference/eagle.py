@@ -35,7 +35,7 @@ import torch
 
 from ..architectures.eagle import DraftCache, EagleDrafter, load_eagle
 from ..architectures.target import TargetAdapter
-from .eagle_static import StaticEagleChain
+from .eagle_static import StaticEagle
 from .proposers import Proposer
 from .sampling import SamplingParams, probabilities, sample
 from .transfer import to_device
@@ -59,10 +59,10 @@ class TreeSettings:
 class EagleProposer(Proposer):
     """Drafts with an EAGLE-1/3 drafter; a chain, or an EAGLE-2 tree when `tree` is given.
 
-    `static_cache` (chains): the drafter's cache is preallocated for `max_cache_length`
-    positions and each round's catch-up and chain replay as CUDA graphs on CUDA
-    (`eagle_static.py`; `cuda_graphs`: None = on when the drafter is on CUDA). EAGLE-2 trees
-    draft on the growing cache, eagerly."""
+    `static_cache`: the drafter's cache is preallocated for `max_cache_length` positions, and
+    each round's catch-up, chain and greedy tree replay as CUDA graphs on CUDA
+    (`eagle_static.py`; `cuda_graphs`: None = on when the drafter is on CUDA); sampled trees
+    draft eagerly on its scratch slots."""
 
     def __init__(
         self,
@@ -75,8 +75,8 @@ class EagleProposer(Proposer):
         self.drafter = drafter.eval()
         self.tree = tree
         self.static = None
-        if static_cache and tree is None:
-            self.static = StaticEagleChain(drafter, max_cache_length, cuda_graphs)
+        if static_cache:
+            self.static = StaticEagle(drafter, max_cache_length, cuda_graphs, tree=tree)
         self.target_layers = tuple(drafter.layers)
         self.device = drafter.fc.weight.device
         self.dtype = drafter.fc.weight.dtype
@@ -152,9 +152,15 @@ class EagleProposer(Proposer):
         last = self._catch_up(context)
         if max_tokens <= 0 or last is None:
             return Proposal.chain([])
-        if self.static is not None:
+        if self.static is not None and self.tree is None:
             tokens, draft_probs = self.static.draft(last, max_tokens, params, generator)
             return Proposal.chain(tokens, draft_probs)  # read with the verification
+        if self.static is not None and params.greedy:
+            tokens, parents = self.static.tree(last, self.tree, max_tokens)
+            read = torch.cat([tokens, parents]).tolist()  # the tree's one read
+            return Proposal(read[: len(tokens)], read[len(tokens) :])
+        if self.static is not None:  # sampled trees: eagerly, on the scratch slots
+            self.cache = self.static.growing_view()
         try:
             if self.tree is not None and params.greedy:
                 return self._tree(last, max_tokens)

@@ -1,32 +1,40 @@
-"""EAGLE chain drafting over a preallocated drafter cache, with CUDA graphs on a GPU.
+"""EAGLE drafting over a preallocated drafter cache, with CUDA graphs on a GPU.
 
-The eager proposer (`eagle.py`) grows its `DraftCache` and reads every drafted token back to
-the host before drafting the next. Here the drafter's keys and values live in buffers allocated
-once (`max_length` real positions plus scratch for the drafts), and a round is two fixed-shape
+The eager proposer (`eagle.py`) grows its `DraftCache` and reads drafted tokens back to the
+host as it goes. Here the drafter's keys and values live in buffers allocated once
+(`max_length` real positions plus scratch for the drafts), and a round is two fixed-shape
 computations, each captured once as a CUDA graph and replayed:
 
 - the catch-up: the n new real entries (target states with their next tokens) written at slots
   `length .. length + n - 1`, one graph per width n (wider ones, the prompt, run eagerly);
-- the chain: `gamma` draft steps, each writing its token's entry at the next scratch slot; the
-  draft tokens stay on the device, so the host reads nothing until the proposal is complete.
+- the proposal: a chain of `gamma` draft steps, each writing its token's entry at the next
+  scratch slot, or a greedy EAGLE-2 tree (`tree`: each depth's frontier fed in one forward,
+  its children scored and the next frontier chosen by a stable sort on the device, the best
+  `total_tokens` candidates kept at the end); the drafts stay on the device, so the host reads
+  nothing until the proposal is complete.
 
 Entry t sits at slot t with position t, as in the growing cache; a query sees every slot before
-its own forward's first slot and the slots of its own forward up to itself, so stale drafts
-past `length` are never read and rolling back is only a new `length`. At T > 0 each draft step
-samples by Gumbel-max from uniforms drawn with the request's generator before the replay, an
-exact draw from q. On CPU the same code runs eagerly (reading only the committed columns).
+`length`, and in the scratch region only the slots of its own ancestors and itself, so stale
+drafts are never read and rolling back is only a new `length`. At T > 0 each chain step samples
+by Gumbel-max from uniforms drawn with the request's generator before the replay, an exact draw
+from q; sampled trees draft eagerly on the scratch slots (`growing_view`). On CPU the same code
+runs eagerly (reading only the columns written so far).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from ..architectures.eagle import EagleDrafter
 from .errors import GenerationError
 from .sampling import SamplingParams, probabilities
+
+if TYPE_CHECKING:
+    from .eagle import TreeSettings
 
 
 class SlotDraftCache:
@@ -58,6 +66,34 @@ class SlotDraftCache:
         return 2 * self._keys.numel() * self._keys.element_size()
 
 
+class GrowingView:
+    """`DraftCache`'s growing interface over a `SlotDraftCache`, from `length` on: what the
+    eager tree code appends lands in the scratch slots and is forgotten with the view."""
+
+    def __init__(self, cache: SlotDraftCache, length: int) -> None:
+        self.cache, self.length = cache, length
+
+    def __len__(self) -> int:
+        return self.length
+
+    @property
+    def keys(self) -> torch.Tensor:
+        return self.cache._keys[:, :, : self.length]
+
+    @property
+    def values(self) -> torch.Tensor:
+        return self.cache._values[:, :, : self.length]
+
+    def append(self, k: torch.Tensor, v: torch.Tensor) -> None:
+        end = self.length + k.shape[2]
+        self.cache._keys[:, :, self.length : end] = k
+        self.cache._values[:, :, self.length : end] = v
+        self.length = end
+
+    def crop(self, length: int) -> None:
+        self.length = min(self.length, length)
+
+
 @dataclass
 class _Graph:
     """One captured computation: the buffers the host fills, the outputs a replay refreshes."""
@@ -75,11 +111,13 @@ class _Graph:
         return self.outputs
 
 
-class StaticEagleChain:
-    """An EAGLE drafter's cache and chain drafting on static buffers; see the module docstring.
+class StaticEagle:
+    """An EAGLE drafter's cache, chains and greedy trees on static buffers; see the module
+    docstring.
 
     `cuda_graphs`: None = on when the drafter is on CUDA. Catch-ups up to `max_graph_width`
-    entries and chains up to `max_chain` tokens are captured on first use.
+    entries, chains up to `max_chain` tokens and trees of `tree`'s size are captured on first
+    use.
     """
 
     def __init__(
@@ -89,6 +127,7 @@ class StaticEagleChain:
         cuda_graphs: bool | None = None,
         max_graph_width: int = 16,
         max_chain: int = 16,
+        tree: TreeSettings | None = None,
     ) -> None:
         self.drafter = drafter.eval()
         self.device = drafter.fc.weight.device
@@ -98,8 +137,11 @@ class StaticEagleChain:
         self.max_length = max_length
         self.max_graph_width = max_graph_width
         self.max_chain = max_chain
+        scratch = max(max_graph_width, max_chain)
+        if tree is not None:  # a greedy tree's feeds, or a sampled tree's nodes
+            scratch = max(scratch, (tree.depth - 1) * tree.top_k, tree.total_tokens)
         #: slots past max_length: graph warm-ups and drafts write there, nothing real does
-        self.size = max_length + max(max_graph_width, max_chain)
+        self.size = max_length + scratch
         self.cache = SlotDraftCache(drafter, self.size)
         self._offsets = torch.arange(self.size, device=self.device)
         draft_ids = torch.arange(drafter.draft_vocab_size, device=self.device)
@@ -107,6 +149,7 @@ class StaticEagleChain:
         self._vocab = drafter.fields["vocab_size"]
         self._feeds: dict[int, _Graph] = {}
         self._chains: dict[tuple, _Graph] = {}
+        self._trees: dict[tuple, _Graph] = {}
         self.length = 0  # real entries
 
     def reset(self) -> None:
@@ -194,6 +237,99 @@ class StaticEagleChain:
         probs = torch.zeros(gamma, self._vocab, device=self.device)
         probs.index_copy_(1, self._to_target, torch.stack(qs))
         return torch.cat(tokens), probs
+
+    # -- the greedy EAGLE-2 tree ----------------------------------------------------------
+    @torch.no_grad()
+    def tree(
+        self, last: torch.Tensor, settings: TreeSettings, max_depth: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """A greedy EAGLE-2 tree after the last real entry (output `last` [1, 1, h]): target
+        token ids [n] and parents [n] (-1 = the root), nodes in creation order, on the device.
+        The same tree as `EagleProposer`'s eager one: ties go to the earlier candidate."""
+        depth = min(settings.depth, max_depth)
+        if not self.use_graphs:
+            return self._tree(last, self.length, settings, depth)
+        key = (depth, settings)
+        entry = self._trees.get(key)
+        if entry is None:
+            inputs = {
+                "last": torch.zeros_like(last),
+                "length": torch.tensor(self.max_length, device=self.device),
+            }
+            entry = _Graph(
+                inputs, lambda: self._tree(inputs["last"], inputs["length"], settings, depth)
+            )
+            self._capture(entry)
+            self._trees[key] = entry
+        entry.inputs["last"].copy_(last)
+        entry.inputs["length"].fill_(self.length)
+        return entry.replay()
+
+    def _tree(self, last, length, settings: TreeSettings, depth: int):
+        """The captured tree: candidates' tokens, scores and parents as device tensors."""
+        drafter, k = self.drafter, min(settings.top_k, self.drafter.draft_vocab_size)
+        logp = torch.log_softmax(drafter.logits(last)[0, -1].float(), dim=-1)
+        top = logp.topk(k)
+        # cumulative log-probabilities in float64, as the eager tree sums them in Python
+        tokens, scores = [top.indices], [top.values.double()]
+        parents = [torch.full((k,), -1, dtype=torch.long, device=self.device)]
+        frontier = torch.arange(k, device=self.device)  # candidate indices
+        frontier_tokens, frontier_scores = top.indices, scores[0]
+        hidden = last[0, 0].expand(k, -1)  # each frontier node's parent output
+        scratch = max(0, (depth - 1) * k)
+        ancestors = torch.zeros(k, scratch, dtype=torch.bool, device=self.device)
+        rows = torch.arange(k, device=self.device)
+        for d in range(2, depth + 1):
+            first = (d - 2) * k  # this feed's first scratch slot, relative to `length`
+            out = self._feed_frontier(frontier_tokens, hidden, ancestors, length, first, d)
+            logps = torch.log_softmax(drafter.logits(out)[0].float(), dim=-1)
+            top = logps.topk(k)  # [k, k]: each frontier node's k children
+            child_scores = (frontier_scores[:, None] + top.values.double()).reshape(-1)
+            order = torch.sort(child_scores, descending=True, stable=True).indices[:k]
+            parent_rows = order // k
+            tokens.append(top.indices.reshape(-1))
+            scores.append(child_scores)
+            parents.append(frontier[:, None].expand(k, k).reshape(-1))
+            frontier = k + (d - 2) * k * k + order
+            frontier_tokens = tokens[-1].index_select(0, order)
+            frontier_scores = child_scores.index_select(0, order)
+            hidden = out[0].index_select(0, parent_rows)
+            slot = torch.zeros(k, scratch, dtype=torch.bool, device=self.device)
+            slot[rows, first + parent_rows] = True  # the parent's own scratch slot
+            ancestors = ancestors.index_select(0, parent_rows) | slot
+        all_tokens, all_scores = torch.cat(tokens), torch.cat(scores)
+        all_parents = torch.cat(parents)
+        best = torch.sort(all_scores, descending=True, stable=True).indices
+        keep = best[: settings.total_tokens].sort().values  # creation order: parents first
+        position = torch.full_like(all_parents, -1)
+        position[keep] = torch.arange(len(keep), device=self.device)
+        kept_parents = all_parents.index_select(0, keep)
+        remapped = position.index_select(0, kept_parents.clamp_min(0))
+        tree_parents = torch.where(kept_parents >= 0, remapped, kept_parents)
+        return self._to_target.index_select(0, all_tokens.index_select(0, keep)), tree_parents
+
+    def _feed_frontier(self, draft_ids, hidden, ancestors, length, first, d) -> torch.Tensor:
+        """One drafter forward over the frontier (draft ids [k], parent outputs [k, h]) at
+        scratch slots `length + first ..`: each node sees the real entries, its ancestors'
+        slots and its own. Outputs [1, k, h]."""
+        width, scratch = draft_ids.shape[0], ancestors.shape[1]
+        eager = isinstance(length, int)
+        columns = length + first + width if eager else self.size
+        slots = self._offsets[:width] + length + first
+        relative = self._offsets[:columns] - length  # [columns]: slot - length
+        inside = (relative >= 0) & (relative < scratch)
+        seen = ancestors.gather(1, relative.clamp(0, max(scratch - 1, 0)).expand(width, -1))
+        seen = (seen & inside) if scratch else torch.zeros_like(inside).expand(width, -1)
+        mask = (relative < 0) | seen | (self._offsets[:columns] == slots[:, None])
+        self.cache.slots = slots
+        self.cache.columns = columns if eager else None
+        ids = self._to_target.index_select(0, draft_ids)[None]
+        positions = (length + d - 2) + torch.zeros_like(ids)
+        return self.drafter.extend(ids, hidden[None], positions, self.cache, mask[None, None])
+
+    def growing_view(self) -> GrowingView:
+        """The scratch slots from `length` on as a growing cache (sampled trees)."""
+        return GrowingView(self.cache, self.length)
 
     # -- the shared forward ---------------------------------------------------------------
     def _extend(self, input_ids, g, length) -> torch.Tensor:

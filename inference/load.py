@@ -111,7 +111,7 @@ def load_drafter(
     a static `MedusaTree`, its calibrated or default one when none is given); a tree's depth
     then sets the speculation length unless that is None (adaptive). A Medusa-2 drafter merges
     its LoRA adapter into `target` (in place). `static_cache`: a draft LM's and an EAGLE
-    chain's proposers keep preallocated caches (CUDA graphs on CUDA)."""
+    drafter's proposers keep preallocated caches (CUDA graphs on CUDA)."""
     folder = Path(folder)
     record = read_drafter_record(folder)
     family = record["family"]
@@ -265,7 +265,7 @@ def load(
     evaluation used (a chain of `NUM_SPECULATIVE_TOKENS` when unpublished);
     `num_speculative_tokens=None` chooses the length every round from the measured acceptance
     and draft/verify cost (`AdaptiveLength`).
-    `static_cache`: preallocated KV caches for the target (and a draft LM or an EAGLE chain's
+    `static_cache`: preallocated KV caches for the target (and a draft LM or an EAGLE
     drafter), whose decode forwards replay as CUDA graphs on a GPU.
     """
     folder, entry = resolve_drafter(name_or_path, zoos)

@@ -49,10 +49,18 @@ def _proposers(target, tokenizer):
         "eagle3-chain": eagle,
         "eagle3-chain-graphed": EagleProposer(eagle.drafter, static_cache=True),
         "eagle3-tree": EagleProposer(eagle.drafter, TreeSettings()),
+        "eagle3-tree-graphed": EagleProposer(eagle.drafter, TreeSettings(), static_cache=True),
     }
 
 
-NAMES = ["target-only", "draft-lm", "eagle3-chain", "eagle3-chain-graphed", "eagle3-tree"]
+NAMES = [
+    "target-only",
+    "draft-lm",
+    "eagle3-chain",
+    "eagle3-chain-graphed",
+    "eagle3-tree",
+    "eagle3-tree-graphed",
+]
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -71,19 +71,29 @@ def test_greedy_output_equals_target_only_batch_1_and_4(
     assert out.num_rounds <= max(len(r) for r in reference)
 
 
-@pytest.mark.parametrize("kind", ["eagle1", "eagle3"])
-def test_static_chain_proposes_what_the_growing_cache_proposes(
-    drafters, target_and_tokenizer, reference, kind
+STATIC_CASES = {
+    "eagle1-chain": ("eagle1", None),
+    "eagle3-chain": ("eagle3", None),
+    "eagle1-tree": ("eagle1", TreeSettings(top_k=4, depth=4, total_tokens=12)),
+    "eagle3-tree": ("eagle3", TreeSettings(top_k=4, depth=4, total_tokens=12)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(STATIC_CASES))
+def test_static_drafting_proposes_what_the_growing_cache_proposes(
+    drafters, target_and_tokenizer, reference, case
 ):
-    """Chains on the static drafter cache — eagerly, and on the graph buffers a CUDA graph
-    captures (run eagerly off CUDA) — propose the growing cache's tokens in every round."""
+    """Chains and greedy EAGLE-2 trees on the static drafter cache — eagerly, and on the graph
+    buffers a CUDA graph captures (run eagerly off CUDA) — propose the growing cache's tokens
+    and tree in every round."""
     model, tokenizer = target_and_tokenizer
+    kind, tree = STATIC_CASES[case]
     drafter = EagleProposer.from_pretrained(drafters[kind], model, tokenizer).drafter
     params = SamplingParams(max_new_tokens=32)
     proposals, outputs = {}, {}
     for name in ("growing", "static", "graph-buffers"):
         static = name != "growing"
-        inner = EagleProposer(drafter, static_cache=static, max_cache_length=256)
+        inner = EagleProposer(drafter, tree, static_cache=static, max_cache_length=256)
         if name == "graph-buffers":
             inner.static.use_graphs = True
         proposer = RecordingProposer(inner)
@@ -97,19 +107,23 @@ def test_static_chain_proposes_what_the_growing_cache_proposes(
     assert outputs["static"] == outputs["growing"] == outputs["graph-buffers"]
     assert proposals["static"] == proposals["growing"] == proposals["graph-buffers"]
     assert sum(len(tokens) for tokens, _ in proposals["static"]) > 0
-    assert inner.static._feeds and inner.static._chains  # the graph-buffer path really ran
+    graphs = inner.static._chains if tree is None else inner.static._trees
+    assert inner.static._feeds and graphs  # the graph-buffer path really ran
 
 
-@pytest.mark.parametrize("kind", ["eagle1", "eagle3"])
+@pytest.mark.parametrize("case", sorted(STATIC_CASES))
 def test_a_greedy_static_round_reads_the_host_once(
-    drafters, target_and_tokenizer, reference, kind, monkeypatch
+    drafters, target_and_tokenizer, reference, case, monkeypatch
 ):
     """Static target and drafter caches, greedy chains: the draft tokens stay on the device,
     the verification input is built there, and each round reads the draft tokens and the
-    target's argmax in one read (the prefill and the first catch-up read nothing)."""
+    target's argmax in one read (the prefill and the first catch-up read nothing). A greedy
+    tree is drafted without a read and read once when complete (its layout builds the
+    verification's mask): two reads a round that drafts one."""
     model, tokenizer = target_and_tokenizer
+    kind, tree = STATIC_CASES[case]
     drafter = EagleProposer.from_pretrained(drafters[kind], model, tokenizer).drafter
-    proposer = EagleProposer(drafter, static_cache=True, max_cache_length=256)
+    proposer = EagleProposer(drafter, tree, static_cache=True, max_cache_length=256)
     generator = SpeculativeGenerator(
         model, tokenizer, proposer, 4, static_cache=True, max_cache_length=256
     )
@@ -118,7 +132,9 @@ def test_a_greedy_static_round_reads_the_host_once(
         with count_host_reads(monkeypatch) as reads:
             out = generator.generate(prompt, params)
         assert out.token_ids == expected
-        assert reads[0] == out.metrics.num_target_forwards, (reads[0], out.metrics.summary())
+        metrics = out.metrics
+        tree_reads = 0 if tree is None else metrics.num_drafts  # rounds that drafted a tree
+        assert reads[0] == metrics.num_target_forwards + tree_reads, reads[0]
 
 
 def test_static_chain_refuses_what_it_cannot_hold(drafters, target_and_tokenizer):

@@ -93,8 +93,9 @@ def target_exact():
 
 def _eagle3(target, tree: bool, static: bool = False):
     """An untrained EAGLE-3 drafter over a pruned 4-of-6 draft vocabulary (q is 0 on two
-    tokens the target can emit), its head started from the target's rows; `static`: chains on
-    the static drafter cache's graph buffers (Gumbel-max draws, run eagerly off CUDA)."""
+    tokens the target can emit), its head started from the target's rows; `static`: on the
+    static drafter cache's graph buffers (chains: Gumbel-max draws, run eagerly off CUDA;
+    sampled trees: on its scratch slots)."""
     from draftzoo.architectures.eagle import EagleConfig, build_eagle, init_draft_head
     from draftzoo.architectures.target import TargetAdapter
     from draftzoo.inference.eagle import EagleProposer, TreeSettings
@@ -156,6 +157,7 @@ def _mtp(target):
         "eagle3-chain-pruned-vocab",
         "eagle3-chain-static",
         "eagle3-tree",
+        "eagle3-tree-static",
         "target-only",
     ],
 )
@@ -171,12 +173,13 @@ def test_speculative_sampling_matches_the_target_distribution(target_exact, case
         "target-only": None,
     }.get(case)
     if case.startswith("eagle3"):
-        proposer = _eagle3(target, case == "eagle3-tree", case == "eagle3-chain-static")
+        proposer = _eagle3(target, "tree" in case, case.endswith("static"))
     if case.startswith("medusa"):
         proposer = _medusa(target, tree=case == "medusa-tree")
     if case == "mtp-chain":
         proposer = _mtp(target)
-    gamma = 3 if case in ("eagle3-tree", "medusa-tree", "mtp-chain") else 2  # a tree's depth
+    trees = ("eagle3-tree", "eagle3-tree-static", "medusa-tree", "mtp-chain")
+    gamma = 3 if case in trees else 2  # a tree's depth
     generator = SpeculativeGenerator(target, None, proposer, num_speculative_tokens=gamma)
     counts, accepted = sample_outcomes(generator)
     tv, threshold = _tv(counts, exact), _threshold(exact)
