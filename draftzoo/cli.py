@@ -177,7 +177,9 @@ def _tree_proposer(args: argparse.Namespace, target, tokenizer):
         return EagleProposer(drafter, tree, static_cache=args.static_cache)
     proposal = "tree" if tree is not None else "chain"
     chain_length = args.num_speculative_tokens if proposal == "chain" else None
-    runtime = load_drafter(Path(args.medusa), target, tokenizer, proposal, chain_length, tree)
+    runtime = load_drafter(
+        Path(args.medusa), target, tokenizer, proposal, chain_length, tree, args.static_cache
+    )
     return runtime.make_proposer()
 
 
@@ -677,7 +679,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--static-cache",
         action="store_true",
         help="preallocated KV caches (the target, a draft LM, an EAGLE drafter); on CUDA "
-        "their decode forwards replay as CUDA graphs",
+        "their decode forwards and Medusa's heads replay as CUDA graphs",
     )
     gen.set_defaults(func=_generate)
 

@@ -23,15 +23,14 @@ runs eagerly (reading only the columns written so far).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
 
 from ..architectures.eagle import EagleDrafter
 from .errors import GenerationError
-from .sampling import SamplingParams, probabilities
+from .graphs import CapturedCall
+from .sampling import SamplingParams, gumbel_pick, probabilities
 
 if TYPE_CHECKING:
     from .eagle import TreeSettings
@@ -94,23 +93,6 @@ class GrowingView:
         self.length = min(self.length, length)
 
 
-@dataclass
-class _Graph:
-    """One captured computation: the buffers the host fills, the outputs a replay refreshes."""
-
-    inputs: dict[str, torch.Tensor]
-    run: Callable[[], tuple]  # what the graph captured, on the input buffers
-    outputs: tuple = ()
-    graph: torch.cuda.CUDAGraph | None = None  # None: replays run eagerly (tests, off CUDA)
-
-    def replay(self) -> tuple:
-        if self.graph is None:
-            self.outputs = self.run()
-        else:
-            self.graph.replay()
-        return self.outputs
-
-
 class StaticEagle:
     """An EAGLE drafter's cache, chains and greedy trees on static buffers; see the module
     docstring.
@@ -147,9 +129,9 @@ class StaticEagle:
         draft_ids = torch.arange(drafter.draft_vocab_size, device=self.device)
         self._to_target = drafter.to_target_ids(draft_ids)
         self._vocab = drafter.fields["vocab_size"]
-        self._feeds: dict[int, _Graph] = {}
-        self._chains: dict[tuple, _Graph] = {}
-        self._trees: dict[tuple, _Graph] = {}
+        self._feeds: dict[int, CapturedCall] = {}
+        self._chains: dict[tuple, CapturedCall] = {}
+        self._trees: dict[tuple, CapturedCall] = {}
         self.length = 0  # real entries
 
     def reset(self) -> None:
@@ -226,8 +208,7 @@ class StaticEagle:
                 draft = logits.argmax(-1, keepdim=True)
             else:
                 q = probabilities(logits, params)
-                gumbel = -(-uniforms[step].clamp_min(1e-20).log()).log()
-                draft = (q.log() + gumbel).argmax(-1, keepdim=True)
+                draft = gumbel_pick(q, uniforms[step]).view(1)
                 qs.append(q)
             tokens.append(self._to_target.index_select(0, draft))  # [1], no host read
             if step + 1 < gamma:
@@ -256,10 +237,10 @@ class StaticEagle:
                 "last": torch.zeros_like(last),
                 "length": torch.tensor(self.max_length, device=self.device),
             }
-            entry = _Graph(
+            entry = CapturedCall(
                 inputs, lambda: self._tree(inputs["last"], inputs["length"], settings, depth)
             )
-            self._capture(entry)
+            entry.capture(self.device)
             self._trees[key] = entry
         entry.inputs["last"].copy_(last)
         entry.inputs["length"].fill_(self.length)
@@ -346,48 +327,32 @@ class StaticEagle:
         return self.drafter.extend(input_ids, g, slots[None], self.cache, mask[None, None])
 
     # -- capture ------------------------------------------------------------------------
-    def _capture_feed(self, width: int, like: torch.Tensor) -> _Graph:
+    def _capture_feed(self, width: int, like: torch.Tensor) -> CapturedCall:
         inputs = {
             "input_ids": torch.zeros(1, width, dtype=torch.long, device=self.device),
             "states": torch.zeros(1, width, like.shape[-1], dtype=like.dtype, device=self.device),
             "length": torch.tensor(self.max_length, device=self.device),
         }
-        entry = _Graph(
+        entry = CapturedCall(
             inputs, lambda: (self._feed(inputs["input_ids"], inputs["states"], inputs["length"]),)
         )
-        self._capture(entry)
+        entry.capture(self.device)
         self._feeds[width] = entry
         return entry
 
-    def _capture_chain(self, gamma, params, like, uniforms) -> _Graph:
+    def _capture_chain(self, gamma, params, like, uniforms) -> CapturedCall:
         inputs = {
             "last": torch.zeros_like(like),
             "length": torch.tensor(self.max_length, device=self.device),
         }
         if uniforms is not None:
             inputs["uniforms"] = torch.rand_like(uniforms)
-        entry = _Graph(
+        entry = CapturedCall(
             inputs,
             lambda: self._chain(
                 inputs["last"], inputs["length"], gamma, params, inputs.get("uniforms")
             ),
         )
-        self._capture(entry)
+        entry.capture(self.device)
         self._chains[(gamma, params.temperature, params.top_k, params.top_p)] = entry
         return entry
-
-    def _capture(self, entry: _Graph) -> None:
-        """Warm `entry.run` up on a side stream, then capture it (it writes only scratch
-        slots: its `length` input holds max_length until the first replay). Off CUDA the
-        entry keeps no graph and its replays run eagerly on the same buffers."""
-        if self.device.type != "cuda":
-            return
-        stream = torch.cuda.Stream(self.device)
-        stream.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(stream):
-            for _ in range(2):
-                entry.run()
-        torch.cuda.current_stream(self.device).wait_stream(stream)
-        entry.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(entry.graph):
-            entry.outputs = entry.run()

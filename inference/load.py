@@ -207,7 +207,7 @@ def _medusa(folder, target, tokenizer, tree, static_cache):
         tree = resolve_medusa_tree(tree, chain.heads.num_heads, calibrated_tree(record))
 
     def make() -> Proposer:
-        return MedusaProposer(chain.heads, chain.target_layers[0], tree)
+        return MedusaProposer(chain.heads, chain.target_layers[0], tree, static_cache)
 
     make()  # a tree the heads cannot draft is refused before the target is touched
     if record["family"] == "medusa2":

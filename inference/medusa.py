@@ -28,9 +28,9 @@ from ..architectures.medusa import MedusaHeads, load_medusa
 from ..architectures.medusa_tree import calibrated_choices, estimated_acceptance
 from ..architectures.target import TargetAdapter
 from .eagle import TreeSettings
+from .graphs import CapturedCall
 from .proposers import Proposer, ProposerError
-from .sampling import SamplingParams, gumbel_argmax, probabilities
-from .transfer import to_device
+from .sampling import SamplingParams, gumbel_pick, probabilities
 from .tree import Proposal
 
 #: a sparse 16-node tree for 4 heads: wide near the root, one path deep
@@ -109,14 +109,6 @@ class MedusaTree:
             parents.append(index[path[:-1]] if len(path) > 1 else -1)
         return cells, parents
 
-    def proposal(self, ranked: torch.Tensor, depth: int) -> Proposal:
-        """The tree's nodes up to `depth`, tokens from `ranked` [heads, top_k] (each head's
-        tokens, best first at T = 0 or as drawn at T > 0), gathered where `ranked` lies: the
-        host reads them with the verification."""
-        cells, parents = self.layout(depth, ranked.shape[1])
-        flat = ranked[:depth].reshape(-1)
-        return Proposal(flat.index_select(0, to_device(cells, flat.device)), parents)
-
 
 def resolve_medusa_tree(
     tree: MedusaTree | TreeSettings, num_heads: int, calibrated: MedusaTree | None = None
@@ -143,10 +135,19 @@ def calibrated_tree(record: dict) -> MedusaTree | None:
 
 
 class MedusaProposer(Proposer):
-    """Drafts with Medusa heads; a chain, or a static tree when `tree` is given."""
+    """Drafts with Medusa heads; a chain, or a static tree when `tree` is given.
+
+    `static_cache`: the heads' round (heads, ranking or Gumbel-max draws, the tree's gather)
+    replays as a CUDA graph on CUDA, one per depth and sampling setting (`cuda_graphs`: None =
+    on when the heads are on CUDA); the heads keep no cache, so nothing else changes."""
 
     def __init__(
-        self, heads: MedusaHeads, target_layer: int, tree: MedusaTree | None = None
+        self,
+        heads: MedusaHeads,
+        target_layer: int,
+        tree: MedusaTree | None = None,
+        static_cache: bool = False,
+        cuda_graphs: bool | None = None,
     ) -> None:
         if tree is not None and tree.depth > heads.num_heads:
             raise ProposerError(
@@ -157,6 +158,13 @@ class MedusaProposer(Proposer):
         self.tree = tree
         self.target_layers = (target_layer,)
         self.device = heads.lm_heads[0].weight.device
+        if cuda_graphs and self.device.type != "cuda":
+            raise ProposerError(f"CUDA graphs need heads on CUDA, not {self.device.type}")
+        on_cuda = self.device.type == "cuda"
+        self.use_graphs = static_cache and (on_cuda if cuda_graphs is None else cuda_graphs)
+        self._graphs: dict[tuple, CapturedCall] = {}
+        #: per depth: the tree's cells in the [depth, top_k] ranking, parents, node heads
+        self._layouts: dict[int, tuple[torch.Tensor, list[int], torch.Tensor]] = {}
         self.reset()
 
     @classmethod
@@ -196,16 +204,66 @@ class MedusaProposer(Proposer):
             )
         limit = self.tree.depth if self.tree is not None else self.heads.num_heads
         depth = min(max_tokens, limit)
-        logits = self.heads(self.last.to(self.device), heads=depth)  # [depth, V]
-        if self.tree is not None and params.greedy:
-            return self.tree.proposal(logits.topk(self.tree.top_k, dim=-1).indices, depth)
-        if params.greedy:
-            return Proposal.chain(logits.argmax(-1))  # read with the verification
-        q = probabilities(logits, params)  # [depth, V], each head's own q
-        if self.tree is not None:  # top_k i.i.d. draws from each head's q
-            draws = gumbel_argmax(q[:, None].expand(-1, self.tree.top_k, -1), generator)
-            proposal = self.tree.proposal(draws, depth)
-            heads = to_device([d - 1 for d in proposal.depths], q.device)
-            proposal.draft_probs = q.index_select(0, heads)  # node -> its head's q
-            return proposal
-        return Proposal.chain(gumbel_argmax(q, generator), q)  # one draw per head, on device
+        width = self.tree.top_k if self.tree is not None else 1
+        uniforms = None  # T > 0: `width` i.i.d. draws from each head's q
+        if not params.greedy:
+            shape = (depth, width, self.heads.lm_heads[0].out_features)
+            uniforms = torch.rand(shape, generator=generator, device=self.device)
+        last = self.last.to(self.device)
+        if not self.use_graphs:
+            tokens, draft_probs = self._draft(last, depth, params, uniforms)
+        else:
+            tokens, draft_probs = self._replay(last, depth, params, uniforms)
+        if self.tree is None:
+            return Proposal.chain(tokens, draft_probs)  # read with the verification
+        return Proposal(tokens, self._layout(depth)[1], draft_probs)
+
+    def _draft(self, last, depth, params, uniforms):
+        """The heads' tokens [nodes] and, at T > 0, each node's head's q [nodes, V]."""
+        logits = self.heads(last, heads=depth)  # [depth, V]
+        width = self.tree.top_k if self.tree is not None else 1
+        q = None
+        if params.greedy and self.tree is None:
+            ranked = logits.argmax(-1, keepdim=True)  # [depth, 1]
+        elif params.greedy:
+            ranked = logits.topk(width, dim=-1).indices  # [depth, width], best first
+        else:
+            q = probabilities(logits, params)  # each head's own q
+            ranked = gumbel_pick(q[:, None].expand(-1, width, -1), uniforms)
+        if self.tree is None:
+            return ranked[:, 0], q
+        cells, _, node_heads = self._layout(depth)
+        tokens = ranked.reshape(-1).index_select(0, cells)
+        return tokens, None if q is None else q.index_select(0, node_heads)
+
+    def _layout(self, depth: int) -> tuple[torch.Tensor, list[int], torch.Tensor]:
+        if depth not in self._layouts:
+            cells, parents = self.tree.layout(depth, self.tree.top_k)
+            heads: list[int] = []  # a node's head: its depth - 1
+            for parent in parents:
+                heads.append(0 if parent < 0 else heads[parent] + 1)
+            self._layouts[depth] = (
+                torch.tensor(cells, device=self.device),
+                parents,
+                torch.tensor(heads, device=self.device),
+            )
+        return self._layouts[depth]
+
+    def _replay(self, last, depth, params, uniforms):
+        key = (depth, params.temperature, params.top_k, params.top_p)
+        entry = self._graphs.get(key)
+        if entry is None:
+            if self.tree is not None:
+                self._layout(depth)  # its tensors exist before the capture
+            inputs = {"last": torch.zeros_like(last)}
+            if uniforms is not None:
+                inputs["uniforms"] = torch.rand_like(uniforms)
+            entry = CapturedCall(
+                inputs,
+                lambda: self._draft(inputs["last"], depth, params, inputs.get("uniforms")),
+            )
+            self._graphs[key] = entry.capture(self.device)
+        entry.inputs["last"].copy_(last)
+        if uniforms is not None:
+            entry.inputs["uniforms"].copy_(uniforms)
+        return entry.replay()

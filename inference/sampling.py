@@ -105,8 +105,14 @@ def sample(probs: torch.Tensor, generator: torch.Generator | None) -> int:
 
 def gumbel_argmax(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
     """One token per row of `probs` [..., V] (each row a distribution), drawn on its device
-    without a host read: the argmax of log p + Gumbel noise is distributed as p, and a
-    zero-probability token (log 0 = -inf) is never drawn."""
-    uniform = torch.rand(probs.shape, generator=generator, device=probs.device)
-    gumbel = -(-uniform.clamp_min(1e-20).log()).log()
+    without a host read (`gumbel_pick` with fresh uniforms)."""
+    uniforms = torch.rand(probs.shape, generator=generator, device=probs.device)
+    return gumbel_pick(probs, uniforms)
+
+
+def gumbel_pick(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+    """argmax(log p + Gumbel noise made from `uniforms`, same shape): distributed as p, and a
+    zero-probability token (log 0 = -inf) is never picked. Uniforms drawn before a CUDA graph
+    replay keep the draw exact and the graph free of a generator."""
+    gumbel = -(-uniforms.clamp_min(1e-20).log()).log()
     return (probs.log() + gumbel).argmax(-1)

@@ -117,9 +117,10 @@ def _eagle3(target, tree: bool, static: bool = False):
     return proposer
 
 
-def _medusa(target, tree: bool):
+def _medusa(target, tree: bool, static: bool = False):
     """Three Medusa heads with random blocks (so they disagree with the target), as a sampled
-    chain or a static tree of 9 nodes (top-2 children, 3 deep)."""
+    chain or a static tree of 9 nodes (top-2 children, 3 deep); `static`: on the buffers a
+    CUDA graph captures (run eagerly off CUDA)."""
     from draftzoo.architectures.medusa import MedusaConfig, build_medusa
     from draftzoo.architectures.target import TargetAdapter
     from draftzoo.inference.medusa import MedusaProposer, MedusaTree
@@ -131,7 +132,11 @@ def _medusa(target, tree: bool):
         for block in heads.blocks:
             block.layers[0].weight.normal_(0, 0.5)
     choices = ((0,), (1,), (0, 0), (0, 1), (1, 0), (0, 0, 0), (0, 0, 1), (0, 1, 0), (1, 0, 0))
-    return MedusaProposer(heads.eval(), adapter.num_layers, MedusaTree(choices) if tree else None)
+    proposer = MedusaProposer(
+        heads.eval(), adapter.num_layers, MedusaTree(choices) if tree else None, static
+    )
+    proposer.use_graphs = static
+    return proposer
 
 
 def _mtp(target):
@@ -151,6 +156,7 @@ def _mtp(target):
         "mtp-chain",
         "medusa-chain",
         "medusa-tree",
+        "medusa-tree-static",
         "draft-lm-similar",
         "draft-lm-bad",
         "tree-deterministic",
@@ -175,10 +181,10 @@ def test_speculative_sampling_matches_the_target_distribution(target_exact, case
     if case.startswith("eagle3"):
         proposer = _eagle3(target, "tree" in case, case.endswith("static"))
     if case.startswith("medusa"):
-        proposer = _medusa(target, tree=case == "medusa-tree")
+        proposer = _medusa(target, "tree" in case, case.endswith("static"))
     if case == "mtp-chain":
         proposer = _mtp(target)
-    trees = ("eagle3-tree", "eagle3-tree-static", "medusa-tree", "mtp-chain")
+    trees = ("eagle3-tree", "eagle3-tree-static", "medusa-tree", "medusa-tree-static", "mtp-chain")
     gamma = 3 if case in trees else 2  # a tree's depth
     generator = SpeculativeGenerator(target, None, proposer, num_speculative_tokens=gamma)
     counts, accepted = sample_outcomes(generator)

@@ -66,9 +66,12 @@ def test_a_greedy_round_reads_the_host_once(
     heads_folder, target_and_tokenizer, reference, tree, monkeypatch
 ):
     """The heads' chain or tree stays on the device (gathered there from each head's
-    ranking); the verification reads it with the target's argmax in one read per round."""
+    ranking); the verification reads it with the target's argmax in one read per round. The
+    heads run on the buffers a CUDA graph captures (eagerly off CUDA)."""
     model, tokenizer = target_and_tokenizer
-    proposer = MedusaProposer.from_pretrained(heads_folder, model, tokenizer, tree)
+    loaded = MedusaProposer.from_pretrained(heads_folder, model, tokenizer)
+    proposer = MedusaProposer(loaded.heads, loaded.target_layers[0], tree, static_cache=True)
+    proposer.use_graphs = True  # buffers without graphs off CUDA
     generator = SpeculativeGenerator(
         model, tokenizer, proposer, 3, static_cache=True, max_cache_length=256
     )
@@ -78,15 +81,16 @@ def test_a_greedy_round_reads_the_host_once(
             out = generator.generate(prompt, params)
         assert out.token_ids == expected
         assert reads[0] == out.metrics.num_target_forwards, (reads[0], out.metrics.summary())
+    assert proposer._graphs
 
 
 def test_the_tree_is_each_heads_ranking_under_its_parent():
     ranked = torch.tensor([[10, 11, 12], [20, 21, 22], [30, 31, 32]])
-    proposal = TREE.proposal(ranked, depth=3)
-    assert proposal.tokens == [10, 11, 20, 21, 20, 30, 31]
-    assert proposal.parents == [-1, -1, 0, 0, 1, 2, 2]
-    shallow = TREE.proposal(ranked, depth=1)
-    assert shallow.tokens == [10, 11] and shallow.is_chain is False
+    cells, parents = TREE.layout(3, width=3)
+    assert ranked.reshape(-1)[cells].tolist() == [10, 11, 20, 21, 20, 30, 31]
+    assert parents == [-1, -1, 0, 0, 1, 2, 2]
+    cells, parents = TREE.layout(1, width=3)
+    assert ranked.reshape(-1)[cells].tolist() == [10, 11] and parents == [-1, -1]
     assert (TREE.depth, TREE.top_k) == (3, 2)
 
 
