@@ -23,8 +23,8 @@ T = 0 the prompts whose output differs from target-only (the contract is 0), and
 drafting rounds that accepted the k-th draft token.
 
 `--device cuda --static` runs every method (target-only included) on preallocated caches with
-CUDA graphs for the target's forwards, the draft LM's and EAGLE's drafting (chains and greedy
-EAGLE-2 trees; sampled trees, Medusa and MTP draft eagerly, their tokens kept on the device).
+CUDA graphs for the target's forwards and every drafter's (EAGLE chains and greedy EAGLE-2
+trees, Medusa heads, MTP modules; sampled EAGLE trees draft eagerly on static buffers).
 """
 
 from __future__ import annotations
@@ -80,6 +80,7 @@ def build_methods(args, target, tokenizer) -> dict[str, SpeculativeGenerator]:
     for folder in args.mtp:
         label = "MTP" if len(args.mtp) == 1 else f"MTP {Path(folder).name}"
         proposer = MtpProposer.from_pretrained(folder, target, tokenizer)
+        proposer = MtpProposer(proposer.drafter, **static)
         methods[f"{label} chain"] = SpeculativeGenerator(
             target, tokenizer, proposer, args.gamma, **static
         )

@@ -145,7 +145,12 @@ def _generate(args: argparse.Namespace) -> int:
         proposer = _tree_proposer(args, target, tokenizer)
     elif args.mtp:
         runtime = load_drafter(
-            Path(args.mtp), target, tokenizer, "chain", args.num_speculative_tokens
+            Path(args.mtp),
+            target,
+            tokenizer,
+            "chain",
+            args.num_speculative_tokens,
+            static_cache=args.static_cache,
         )
         proposer = runtime.make_proposer()
     generator = SpeculativeGenerator(
@@ -678,8 +683,8 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument(
         "--static-cache",
         action="store_true",
-        help="preallocated KV caches (the target, a draft LM, an EAGLE drafter); on CUDA "
-        "their decode forwards and Medusa's heads replay as CUDA graphs",
+        help="preallocated KV caches for the target and the drafter; on CUDA their decode "
+        "forwards replay as CUDA graphs",
     )
     gen.set_defaults(func=_generate)
 

@@ -110,8 +110,8 @@ def load_drafter(
     `proposal`: "chain", or "tree" (EAGLE: EAGLE-2 dynamic trees, `TreeSettings`; Medusa:
     a static `MedusaTree`, its calibrated or default one when none is given); a tree's depth
     then sets the speculation length unless that is None (adaptive). A Medusa-2 drafter merges
-    its LoRA adapter into `target` (in place). `static_cache`: a draft LM's and an EAGLE
-    drafter's proposers keep preallocated caches (CUDA graphs on CUDA)."""
+    its LoRA adapter into `target` (in place). `static_cache`: the proposers keep
+    preallocated caches and replay their forwards as CUDA graphs on CUDA."""
     folder = Path(folder)
     record = read_drafter_record(folder)
     family = record["family"]
@@ -221,7 +221,7 @@ def _mtp(folder, target, tokenizer, tree, static_cache):
     drafter = MtpProposer.from_pretrained(folder, target, tokenizer).drafter
 
     def make() -> Proposer:
-        return MtpProposer(drafter)
+        return MtpProposer(drafter, static_cache=static_cache)
 
     return drafter, make, None
 
@@ -265,8 +265,8 @@ def load(
     evaluation used (a chain of `NUM_SPECULATIVE_TOKENS` when unpublished);
     `num_speculative_tokens=None` chooses the length every round from the measured acceptance
     and draft/verify cost (`AdaptiveLength`).
-    `static_cache`: preallocated KV caches for the target (and a draft LM or an EAGLE
-    drafter), whose decode forwards replay as CUDA graphs on a GPU.
+    `static_cache`: preallocated KV caches for the target and the drafter, whose decode
+    forwards replay as CUDA graphs on a GPU.
     """
     folder, entry = resolve_drafter(name_or_path, zoos)
     record = read_drafter_record(folder)

@@ -29,6 +29,7 @@ import torch
 from ..architectures.mtp import MtpDrafter, load_mtp
 from ..architectures.target import TargetAdapter
 from .kv_cache import cache_nbytes, crop_layers
+from .mtp_static import StaticModules
 from .proposers import Proposer
 from .sampling import SamplingParams, gumbel_argmax, probabilities
 from .transfer import to_device
@@ -36,10 +37,23 @@ from .tree import Proposal
 
 
 class MtpProposer(Proposer):
-    """Drafts chains with an `MtpDrafter` (trees are not offered: one path per module)."""
+    """Drafts chains with an `MtpDrafter` (trees are not offered: one path per module).
 
-    def __init__(self, drafter: MtpDrafter) -> None:
+    `static_cache`: the modules' caches are preallocated for `max_cache_length` positions and
+    their forwards replay as CUDA graphs on CUDA (`mtp_static.py`; `cuda_graphs`: None = on
+    when the drafter is on CUDA)."""
+
+    def __init__(
+        self,
+        drafter: MtpDrafter,
+        static_cache: bool = False,
+        max_cache_length: int = 2048,
+        cuda_graphs: bool | None = None,
+    ) -> None:
         self.drafter = drafter.eval()
+        self.static = None
+        if static_cache:
+            self.static = StaticModules(drafter, max_cache_length, cuda_graphs)
         self.target_layers = drafter.layers_read
         weight = drafter.layers[0].eh_proj.weight
         self.device, self.dtype = weight.device, weight.dtype
@@ -68,7 +82,7 @@ class MtpProposer(Proposer):
 
     def cache_nbytes(self) -> int:
         """Bytes held by the modules' KV cache."""
-        return cache_nbytes(self.cache)
+        return self.static.nbytes() if self.static is not None else cache_nbytes(self.cache)
 
     def observe(self, states: torch.Tensor) -> None:
         """Target states [n, h] of the next n committed positions."""
@@ -79,6 +93,8 @@ class MtpProposer(Proposer):
     def _feed(self, k: int, previous: torch.Tensor, ids: torch.Tensor, first: int) -> torch.Tensor:
         """Module k over positions first.. (tokens `ids` [n] on the device) after its cached
         entries, each seeing the cache and the new entries up to itself; outputs [n, h]."""
+        if self.static is not None:
+            return self.static.forward(k, ids, previous, first)
         n = len(ids)
         mask = None  # one entry sees the whole cache and itself
         if n > 1:
@@ -127,7 +143,8 @@ class MtpProposer(Proposer):
         try:
             return self._chain(context, max_tokens, params, generator)
         finally:
-            crop_layers(self.cache, self.fed)
+            if self.static is None:  # static caches roll back by `fed` alone
+                crop_layers(self.cache, self.fed)
 
     def _chain(self, context, max_tokens, params, generator) -> Proposal:
         """The drafts stay on the device (each [1]); the verification reads them."""

@@ -27,7 +27,7 @@ from .kv_cache import cache_kwargs
 from .transfer import to_device
 
 
-class _Slots:
+class Slots:
     """The write positions every cache layer reads (one tensor per captured width), and how
     many slots attention reads back (None = all: what a captured graph needs; eager forwards
     read only up to their last write, which keeps CPU decoding as cheap as a grown cache)."""
@@ -45,7 +45,7 @@ def _slot_layer_class():
     class SlotLayer(StaticLayer):
         """A `StaticLayer` that writes at the slots its owner chose, not at a running count."""
 
-        def __init__(self, max_cache_len: int, slots: _Slots) -> None:
+        def __init__(self, max_cache_len: int, slots: Slots) -> None:
             super().__init__(max_cache_len=max_cache_len)
             self.slots = slots
 
@@ -62,7 +62,7 @@ def _slot_layer_class():
     return SlotLayer
 
 
-def _slot_cache(config, size: int, slots: _Slots):
+def slot_cache(config, size: int, slots: Slots):
     """A transformers `StaticCache` whose layers write where `slots` says."""
     from transformers import StaticCache
 
@@ -119,8 +119,8 @@ class StaticForward:
         #: slots past max_length: graph warm-ups write there, and a forward's uncommitted nodes
         #: may (nothing committed ever lies there)
         self.size = max_length + max_graph_width
-        self._slots = _Slots()
-        self.cache = _slot_cache(model.config, self.size, self._slots)
+        self._slots = Slots()
+        self.cache = slot_cache(model.config, self.size, self._slots)
         self._kwargs = cache_kwargs(model, self.cache)
         self._chain_layouts: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self._offsets = torch.arange(self.size, device=self.device)

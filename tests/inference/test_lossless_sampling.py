@@ -139,21 +139,26 @@ def _medusa(target, tree: bool, static: bool = False):
     return proposer
 
 
-def _mtp(target):
+def _mtp(target, static: bool = False):
     """Two untrained MTP modules (post_norm from the target's final norm), drafting chains of
-    3 (module 1, module 2, then module 2 reused): every draft sampled from its q."""
+    3 (module 1, module 2, then module 2 reused): every draft sampled from its q; `static`: on
+    the buffers a CUDA graph captures (run eagerly off CUDA)."""
     from draftzoo.architectures.mtp import MtpConfig, build_mtp
     from draftzoo.architectures.target import TargetAdapter
     from draftzoo.inference.mtp import MtpProposer
 
     torch.manual_seed(4)
-    return MtpProposer(build_mtp(MtpConfig(depth=2), TargetAdapter(target)).eval())
+    proposer = MtpProposer(build_mtp(MtpConfig(depth=2), TargetAdapter(target)).eval(), static, 64)
+    if static:
+        proposer.static.use_graphs = True
+    return proposer
 
 
 @pytest.mark.parametrize(
     "case",
     [
         "mtp-chain",
+        "mtp-chain-static",
         "medusa-chain",
         "medusa-tree",
         "medusa-tree-static",
@@ -182,9 +187,16 @@ def test_speculative_sampling_matches_the_target_distribution(target_exact, case
         proposer = _eagle3(target, "tree" in case, case.endswith("static"))
     if case.startswith("medusa"):
         proposer = _medusa(target, "tree" in case, case.endswith("static"))
-    if case == "mtp-chain":
-        proposer = _mtp(target)
-    trees = ("eagle3-tree", "eagle3-tree-static", "medusa-tree", "medusa-tree-static", "mtp-chain")
+    if case.startswith("mtp"):
+        proposer = _mtp(target, case.endswith("static"))
+    trees = (
+        "eagle3-tree",
+        "eagle3-tree-static",
+        "medusa-tree",
+        "medusa-tree-static",
+        "mtp-chain",
+        "mtp-chain-static",
+    )
     gamma = 3 if case in trees else 2  # a tree's depth
     generator = SpeculativeGenerator(target, None, proposer, num_speculative_tokens=gamma)
     counts, accepted = sample_outcomes(generator)

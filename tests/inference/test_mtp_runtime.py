@@ -16,7 +16,7 @@ from draftzoo.inference.mtp import MtpProposer
 from draftzoo.inference.proposers import ProposerError
 from draftzoo.inference.sampling import SamplingParams
 from draftzoo.train.mtp import run
-from tests.inference.helpers import PROMPTS, count_host_reads
+from tests.inference.helpers import PROMPTS, RecordingProposer, count_host_reads
 from tests.train.helpers import tiny_mtp_recipe, write_chat_jsonl
 
 
@@ -56,6 +56,30 @@ def test_a_greedy_round_reads_the_host_once(
             out = generator.generate(prompt, params)
         assert out.token_ids == expected
         assert reads[0] == out.metrics.num_target_forwards, (reads[0], out.metrics.summary())
+
+
+@pytest.mark.parametrize("depth", [1, 2])
+def test_static_modules_propose_what_the_growing_cache_proposes(
+    drafters, target_and_tokenizer, reference, depth
+):
+    """The modules on static caches — eagerly, and on the buffers a CUDA graph captures (run
+    eagerly off CUDA) — draft the growing cache's chains in every round, past the modules
+    too (chains of 4 from 1 or 2 modules)."""
+    model, tokenizer = target_and_tokenizer
+    drafter = MtpProposer.from_pretrained(drafters[depth], model, tokenizer).drafter
+    params = SamplingParams(max_new_tokens=32)
+    proposals = {}
+    for name in ("growing", "static", "graph-buffers"):
+        inner = MtpProposer(drafter, static_cache=name != "growing", max_cache_length=256)
+        if name == "graph-buffers":
+            inner.static.use_graphs = True
+        proposer = RecordingProposer(inner)
+        generator = SpeculativeGenerator(model, tokenizer, proposer, 4)
+        outs = [generator.generate(p, params) for p in PROMPTS]
+        assert [o.token_ids for o in outs] == reference, name
+        proposals[name] = proposer.proposals
+    assert proposals["static"] == proposals["growing"] == proposals["graph-buffers"]
+    assert inner.static._graphs  # the graph-buffer path really ran
 
 
 @pytest.mark.parametrize("depth", [1, 2])
