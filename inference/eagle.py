@@ -28,7 +28,6 @@ both are).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -39,21 +38,7 @@ from .eagle_static import StaticEagle
 from .proposers import Proposer
 from .sampling import SamplingParams, probabilities, sample
 from .transfer import to_device
-from .tree import Proposal
-
-
-@dataclass(frozen=True)
-class TreeSettings:
-    """EAGLE-2 dynamic-tree budget."""
-
-    top_k: int = 10  # the frontier width (nodes expanded per depth); T = 0: children scored
-    depth: int = 6  # maximum tree depth (draft tokens on one path)
-    total_tokens: int = 60  # draft tokens kept for verification
-    sampled_children: int = 3  # T > 0: children drawn per expanded node
-
-    def __post_init__(self) -> None:
-        if min(self.top_k, self.depth, self.total_tokens, self.sampled_children) < 1:
-            raise ValueError("tree top_k, depth, total_tokens and sampled_children must be >= 1")
+from .tree import Proposal, TreeSettings
 
 
 class EagleProposer(Proposer):

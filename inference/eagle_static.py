@@ -23,17 +23,13 @@ runs eagerly (reading only the columns written so far).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 
 from ..architectures.eagle import EagleDrafter
 from .errors import GenerationError
 from .graphs import CapturedCall
 from .sampling import SamplingParams, gumbel_pick, probabilities
-
-if TYPE_CHECKING:
-    from .eagle import TreeSettings
+from .tree import TreeSettings
 
 
 class SlotDraftCache:

@@ -27,11 +27,10 @@ import torch
 from ..architectures.medusa import MedusaHeads, load_medusa
 from ..architectures.medusa_tree import calibrated_choices, estimated_acceptance
 from ..architectures.target import TargetAdapter
-from .eagle import TreeSettings
 from .graphs import CapturedCall
 from .proposers import Proposer, ProposerError
 from .sampling import SamplingParams, gumbel_pick, probabilities
-from .tree import Proposal
+from .tree import Proposal, TreeSettings
 
 #: a sparse 16-node tree for 4 heads: wide near the root, one path deep
 DEFAULT_CHOICES: tuple[tuple[int, ...], ...] = (

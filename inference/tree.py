@@ -1,6 +1,9 @@
-"""Proposals: a chain or a tree of draft tokens, and the attention layout that verifies them."""
+"""Proposals: a chain or a tree of draft tokens, the attention layout that verifies them, and
+EAGLE-2's dynamic-tree budget."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 
@@ -100,3 +103,17 @@ class Proposal:
             path.append(node)
             node = self.parents[node]
         return path[::-1]
+
+
+@dataclass(frozen=True)
+class TreeSettings:
+    """EAGLE-2 dynamic-tree budget."""
+
+    top_k: int = 10  # the frontier width (nodes expanded per depth); T = 0: children scored
+    depth: int = 6  # maximum tree depth (draft tokens on one path)
+    total_tokens: int = 60  # draft tokens kept for verification
+    sampled_children: int = 3  # T > 0: children drawn per expanded node
+
+    def __post_init__(self) -> None:
+        if min(self.top_k, self.depth, self.total_tokens, self.sampled_children) < 1:
+            raise ValueError("tree top_k, depth, total_tokens and sampled_children must be >= 1")
