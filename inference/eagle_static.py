@@ -27,7 +27,7 @@ import torch
 
 from ..architectures.eagle import EagleDrafter
 from .errors import GenerationError
-from .graphs import CapturedCall
+from .graphs import CapturedCall, use_cuda_graphs
 from .sampling import SamplingParams, gumbel_pick, probabilities
 from .tree import TreeSettings
 
@@ -109,9 +109,7 @@ class StaticEagle:
     ) -> None:
         self.drafter = drafter.eval()
         self.device = drafter.fc.weight.device
-        if cuda_graphs and self.device.type != "cuda":
-            raise GenerationError(f"CUDA graphs need a drafter on CUDA, not {self.device.type}")
-        self.use_graphs = self.device.type == "cuda" if cuda_graphs is None else cuda_graphs
+        self.use_graphs = use_cuda_graphs(self.device, cuda_graphs)
         self.max_length = max_length
         self.max_graph_width = max_graph_width
         self.max_chain = max_chain

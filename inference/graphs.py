@@ -13,6 +13,16 @@ from dataclasses import dataclass
 
 import torch
 
+from .errors import GenerationError
+
+
+def use_cuda_graphs(device: torch.device, asked: bool | None) -> bool:
+    """Whether forwards on `device` replay as CUDA graphs: `asked`, or None = on CUDA only;
+    asking for them off CUDA is refused."""
+    if asked and device.type != "cuda":
+        raise GenerationError(f"CUDA graphs need a model on CUDA, not {device.type}")
+    return device.type == "cuda" if asked is None else asked
+
 
 @dataclass
 class CapturedCall:

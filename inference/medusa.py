@@ -27,7 +27,7 @@ import torch
 from ..architectures.medusa import MedusaHeads, load_medusa
 from ..architectures.medusa_tree import calibrated_choices, estimated_acceptance
 from ..architectures.target import TargetAdapter
-from .graphs import CapturedCall
+from .graphs import CapturedCall, use_cuda_graphs
 from .proposers import Proposer, ProposerError
 from .sampling import SamplingParams, gumbel_pick, probabilities
 from .tree import Proposal, TreeSettings
@@ -157,10 +157,7 @@ class MedusaProposer(Proposer):
         self.tree = tree
         self.target_layers = (target_layer,)
         self.device = heads.lm_heads[0].weight.device
-        if cuda_graphs and self.device.type != "cuda":
-            raise ProposerError(f"CUDA graphs need heads on CUDA, not {self.device.type}")
-        on_cuda = self.device.type == "cuda"
-        self.use_graphs = static_cache and (on_cuda if cuda_graphs is None else cuda_graphs)
+        self.use_graphs = static_cache and use_cuda_graphs(self.device, cuda_graphs)
         self._graphs: dict[tuple, CapturedCall] = {}
         #: per depth: the tree's cells in the [depth, top_k] ranking, parents, node heads
         self._layouts: dict[int, tuple[torch.Tensor, list[int], torch.Tensor]] = {}

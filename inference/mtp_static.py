@@ -18,7 +18,7 @@ import torch
 
 from ..architectures.mtp import MtpDrafter
 from .errors import GenerationError
-from .graphs import CapturedCall
+from .graphs import CapturedCall, use_cuda_graphs
 from .static_forward import Slots, slot_cache
 
 
@@ -40,9 +40,7 @@ class StaticModules:
         self.drafter = drafter.eval()
         weight = drafter.layers[0].eh_proj.weight
         self.device = weight.device
-        if cuda_graphs and self.device.type != "cuda":
-            raise GenerationError(f"CUDA graphs need a drafter on CUDA, not {self.device.type}")
-        self.use_graphs = self.device.type == "cuda" if cuda_graphs is None else cuda_graphs
+        self.use_graphs = use_cuda_graphs(self.device, cuda_graphs)
         self.max_length, self.max_graph_width = max_length, max_graph_width
         self.size = max_length + max(scratch, max_graph_width)
         config = copy.deepcopy(drafter.block_config)  # one full-attention layer per module

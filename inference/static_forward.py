@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import torch
 
 from .errors import GenerationError
+from .graphs import use_cuda_graphs
 from .kv_cache import cache_kwargs
 from .transfer import to_device
 
@@ -111,9 +112,7 @@ class StaticForward:
         parameter = next(model.parameters())
         self.model = model.eval()
         self.device, self.dtype = parameter.device, parameter.dtype
-        if cuda_graphs and self.device.type != "cuda":
-            raise GenerationError(f"CUDA graphs need a model on CUDA, not {self.device.type}")
-        self.use_graphs = self.device.type == "cuda" if cuda_graphs is None else cuda_graphs
+        self.use_graphs = use_cuda_graphs(self.device, cuda_graphs)
         self.max_length = max_length
         self.max_graph_width = max_graph_width
         #: slots past max_length: graph warm-ups write there, and a forward's uncommitted nodes

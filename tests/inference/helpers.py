@@ -84,19 +84,30 @@ HOST_READS = ("tolist", "item", "__bool__", "__int__", "__float__", "__index__")
 
 
 @contextmanager
-def count_host_reads(monkeypatch) -> Iterator[list[int]]:
+def count_host_reads() -> Iterator[list[int]]:
     """Count the calls of `HOST_READS` in the block (into the yielded one-item list). On CPU
     every tensor is on the host, so this counts what would be device reads on a GPU."""
+    import pytest
+
     count = [0]
-    for name in HOST_READS:
-        original = getattr(torch.Tensor, name)
+    with pytest.MonkeyPatch.context() as patch:
+        for name in HOST_READS:
+            original = getattr(torch.Tensor, name)
 
-        def counted(self, *args, _original=original, **kwargs):
-            count[0] += 1
-            return _original(self, *args, **kwargs)
+            def counted(self, *args, _original=original, **kwargs):
+                count[0] += 1
+                return _original(self, *args, **kwargs)
 
-        monkeypatch.setattr(torch.Tensor, name, counted)
-    try:
+            patch.setattr(torch.Tensor, name, counted)
         yield count
-    finally:
-        monkeypatch.undo()
+
+
+def assert_reads_per_round(generator, prompts, reference, params, extra=lambda metrics: 0):
+    """Each prompt decodes to its `reference` tokens with one host read per round (the
+    verification's), plus `extra(metrics)` more."""
+    for prompt, expected in zip(prompts, reference, strict=True):
+        with count_host_reads() as reads:
+            out = generator.generate(prompt, params)
+        assert out.token_ids == expected
+        wanted = out.metrics.num_target_forwards + extra(out.metrics)
+        assert reads[0] == wanted, (reads[0], out.metrics.summary())

@@ -16,7 +16,7 @@ from draftzoo.inference.mtp import MtpProposer
 from draftzoo.inference.proposers import ProposerError
 from draftzoo.inference.sampling import SamplingParams
 from draftzoo.train.mtp import run
-from tests.inference.helpers import PROMPTS, RecordingProposer, count_host_reads
+from tests.inference.helpers import PROMPTS, RecordingProposer, assert_reads_per_round
 from tests.train.helpers import tiny_mtp_recipe, write_chat_jsonl
 
 
@@ -40,9 +40,7 @@ def drafters(testbed_tiny, tmp_path_factory) -> dict[int, Path]:
 
 
 @pytest.mark.parametrize("depth", [1, 2])
-def test_a_greedy_round_reads_the_host_once(
-    drafters, target_and_tokenizer, reference, depth, monkeypatch
-):
+def test_a_greedy_round_reads_the_host_once(drafters, target_and_tokenizer, reference, depth):
     """The modules' drafts stay on the device, fed back as tensors; the verification reads
     them with the target's argmax, once per round (chains past the modules included)."""
     model, tokenizer = target_and_tokenizer
@@ -51,11 +49,7 @@ def test_a_greedy_round_reads_the_host_once(
         model, tokenizer, proposer, 3, static_cache=True, max_cache_length=256
     )
     params = SamplingParams(max_new_tokens=32)
-    for prompt, expected in zip(PROMPTS, reference, strict=True):
-        with count_host_reads(monkeypatch) as reads:
-            out = generator.generate(prompt, params)
-        assert out.token_ids == expected
-        assert reads[0] == out.metrics.num_target_forwards, (reads[0], out.metrics.summary())
+    assert_reads_per_round(generator, PROMPTS, reference, params)
 
 
 @pytest.mark.parametrize("depth", [1, 2])
