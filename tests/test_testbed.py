@@ -24,7 +24,7 @@ def test_tiny_testbed_is_a_trained_llama(testbed_tiny):
     assert len(tokenizer) == model.config.vocab_size == 1024
     # it learned: clearly below the unigram baseline on held-out modules
     assert record["heldout_loss"] < 0.95 * record["unigram_loss"]
-    assert record["training_tokens"] == 200 * 8 * 128
+    assert record["training_tokens"] == 400 * 8 * 128
     assert record["corpus"]["heldout_files"] > 0 and record["corpus"]["chat_pairs"] > 0
 
 
