@@ -182,7 +182,7 @@ class SpeculativeGenerator:
         if len(prompt_ids) > 1:
             prefill = torch.tensor([prompt_ids[:-1]], device=self.device)
             if self.static:
-                self.static.forward(prefill, captured=captured)
+                self.static.forward(prefill, captured=captured, all_logits=False)
                 self.static.commit(list(range(prefill.shape[1])))
             else:
                 self.target(input_ids=prefill, **cache_kwargs(self.target, cache, True))

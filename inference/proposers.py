@@ -132,7 +132,8 @@ class DraftModelProposer(Proposer):
 
     def _feed(self, token_ids: torch.Tensor) -> torch.Tensor:
         """Feed [1, n] tokens into the static cache; the last position's logits."""
-        logits = self.static.forward(token_ids)[-1]
+        width = token_ids.shape[1]  # past the graphed widths, the last logits only (prefill)
+        logits = self.static.forward(token_ids, all_logits=width <= self.static.max_graph_width)[-1]
         self.static.commit(list(range(token_ids.shape[1])))
         return logits
 

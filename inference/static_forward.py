@@ -121,6 +121,7 @@ class StaticForward:
         self._slots = Slots()
         self.cache = slot_cache(model.config, self.size, self._slots)
         self._kwargs = cache_kwargs(model, self.cache)
+        self._prefill_kwargs = cache_kwargs(model, self.cache, last_logits_only=True)
         self._chain_layouts: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self._offsets = torch.arange(self.size, device=self.device)
         self._graphs: dict[int, _Captured] = {}
@@ -141,6 +142,7 @@ class StaticForward:
         ancestors: torch.Tensor | None = None,  # [w, w] bool: a attends b; None = causal chain
         depths: torch.Tensor | None = None,  # [w] positions relative to `length`; None = 0..w-1
         captured: dict | None = None,  # hooked target states, kept current across replays
+        all_logits: bool = True,  # False: the last position's only, eagerly (prefill)
     ) -> torch.Tensor:
         """Logits [w, vocab] of `input_ids` written at slots `length..length+w-1` (valid
         until the next forward)."""
@@ -154,9 +156,10 @@ class StaticForward:
         chain = ancestors is None
         if chain:
             ancestors, depths = self._chain_layout(width)
-        if not self.use_graphs or width > self.max_graph_width:
+        if not (self.use_graphs and all_logits and width <= self.max_graph_width):
             self._slots.limit = self.length + width
-            return self._run(input_ids, self.length, depths.to(self.device), ancestors)
+            depths = depths.to(self.device)
+            return self._run(input_ids, self.length, depths, ancestors, all_logits)
         entry = self._graphs.get(width) or self._capture(width, captured)
         entry.input_ids.copy_(input_ids)
         entry.length.fill_(self.length)
@@ -193,7 +196,7 @@ class StaticForward:
             self._chain_layouts[width] = layout
         return layout
 
-    def _run(self, input_ids, length, depths, ancestors) -> torch.Tensor:
+    def _run(self, input_ids, length, depths, ancestors, all_logits=True) -> torch.Tensor:
         """The forward a graph captures: slots, positions and mask from `length` (a tensor
         in a graph, an int eagerly, where only `length + w` columns are read)."""
         width = input_ids.shape[1]
@@ -212,7 +215,7 @@ class StaticForward:
             input_ids=input_ids,
             position_ids=(depths + length)[None],
             attention_mask=mask[None, None],
-            **self._kwargs,
+            **(self._kwargs if all_logits else self._prefill_kwargs),
         )
         return out.logits[0]
 
