@@ -2,11 +2,14 @@
 
     python bench/batch_bench.py --batch-sizes 1 2 4 8 16 --prompts 16 --max-new-tokens 96
     python bench/batch_bench.py --draft runs/draft-lm-testbed-small   # a draft LM instead
+    python bench/batch_bench.py --device cuda --static   # static caches, CUDA graphs on CUDA
 
 Same target (`testbed-small` unless --target), same chat-rendered HumanEval prompts, same
 process. For each batch size the prompts are decoded in batches twice, interleaved: plain
 (`max_speculative_batch=0`, no proposals) and speculative (prompt lookup, or --draft, gamma
-fixed). It prints tokens/s of both and their ratio; the crossover is the first batch size whose
+fixed), both on the growing cache or both on the static one (`--static`: the target's rows in
+buffers allocated once, each (rows, width) forward a CUDA graph on CUDA; the draft LM's cache
+static too). It prints tokens/s of both and their ratio; the crossover is the first batch size whose
 ratio falls below 1 — the value `BatchGenerator(max_speculative_batch=...)` should sit below.
 Greedy outputs of both are compared token for token.
 """
@@ -45,16 +48,27 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=16)
     parser.add_argument("--max-new-tokens", type=int, default=96)
     parser.add_argument("--gamma", type=int, default=4)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--static", action="store_true", help="static caches (graphs on CUDA)")
     args = parser.parse_args()
 
+    device = torch.device(args.device)
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     tokenizer = AutoTokenizer.from_pretrained(args.target)
-    target = AutoModelForCausalLM.from_pretrained(args.target, dtype=torch.float32).eval()
+    target = AutoModelForCausalLM.from_pretrained(args.target, dtype=dtype).to(device).eval()
+    cache_length = args.max_new_tokens + 1024  # rendered HumanEval prompts fit in 1024 tokens
     if args.draft:
-        draft = AutoModelForCausalLM.from_pretrained(args.draft, dtype=torch.float32).eval()
+        draft = AutoModelForCausalLM.from_pretrained(args.draft, dtype=dtype).to(device).eval()
         draft_tokenizer = AutoTokenizer.from_pretrained(args.draft)
 
         def factory():
-            return DraftModelProposer(draft, draft_tokenizer, tokenizer)
+            return DraftModelProposer(
+                draft,
+                draft_tokenizer,
+                tokenizer,
+                static_cache=args.static,
+                max_cache_length=cache_length,
+            )
     else:
 
         def factory():
@@ -62,12 +76,17 @@ def main() -> None:
 
     prompts = [p.render(tokenizer, chat=True) for p in humaneval_prompts()[: args.prompts]]
     params = SamplingParams(max_new_tokens=args.max_new_tokens)
-    plain = BatchGenerator(target, tokenizer, factory, args.gamma, max_speculative_batch=0)
-    spec = BatchGenerator(target, tokenizer, factory, args.gamma, max_speculative_batch=10**6)
-    _run(spec, prompts[:2], 2, params)  # warm-up
+    static = {"static_cache": args.static, "max_cache_length": cache_length}
+    plain = BatchGenerator(target, tokenizer, factory, args.gamma, 0, **static)
+    spec = BatchGenerator(target, tokenizer, factory, args.gamma, 10**6, **static)
+    warm = SamplingParams(max_new_tokens=8)
+    for size in args.batch_sizes:  # warm-up (with --static on CUDA: most graph captures)
+        _run(plain, prompts[:size], size, warm)
+        _run(spec, prompts[:size], size, warm)
     print(
         f"{len(prompts)} prompts, {args.max_new_tokens} new tokens, greedy, gamma {args.gamma}, "
-        f"{'draft LM ' + args.draft if args.draft else 'prompt lookup'}, "
+        f"{'draft LM ' + args.draft if args.draft else 'prompt lookup'}, {device}, "
+        f"{'static cache' if args.static else 'dynamic cache'}, "
         f"{torch.get_num_threads()} threads"
     )
     print(f"{'batch':>5} {'plain tok/s':>12} {'spec tok/s':>11} {'ratio':>7} {'mismatch':>9}")

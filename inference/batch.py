@@ -1,11 +1,12 @@
 """Batched speculative decoding: one target forward per round for every unfinished request.
 
 Rows are ragged: each keeps its own committed length, proposal and acceptance. The target's
-KV cache is shared, [rows, heads, slots, dim], and kept *compact*: after every round each row's
-valid slots are gathered to the front (its committed tokens minus the root), finished rows are
-dropped, and the next round's attention mask lets row r see slots [0, len_r) plus its own new
-tree. Positions are per row. So a row's numbers never depend on what the other rows do.
-A batch of one prompt repeated (n samples of it) prefills it once and repeats the cache.
+KV cache is shared, [rows, heads, slots, dim]: a growing `DynamicCache` kept compact
+(`batch_dynamic.py`), or with `static_cache` buffers allocated once whose decode-sized forwards
+replay as CUDA graphs on CUDA (`batch_static.py`). Either way row r sees only its own committed
+slots and its own tree, at its own positions, so a row's numbers never depend on what the
+other rows do; finished rows are dropped. A batch of one prompt repeated (n samples of it)
+prefills it once and repeats the cache.
 
 Above `max_speculative_batch` unfinished rows the rounds propose nothing (plain batched
 decoding in the same loop): at high batch the target forward is no longer overhead-bound and
@@ -22,9 +23,11 @@ from dataclasses import dataclass
 import torch
 
 from ..architectures.defaults import NUM_SPECULATIVE_TOKENS
+from .batch_dynamic import DynamicBatchForward
+from .batch_static import StaticBatchForward
 from .errors import GenerationError
 from .generate import fused_states, target_states
-from .kv_cache import _layers, cache_kwargs
+from .graphs import use_cuda_graphs
 from .proposers import Proposer
 from .round import (
     GenerationOutput,
@@ -39,7 +42,7 @@ from .round import (
     room,
 )
 from .sampling import SamplingParams
-from .tree import Proposal
+from .transfer import to_device
 
 
 @dataclass
@@ -56,32 +59,6 @@ class BatchOutput:
         return tokens / self.total_seconds if self.total_seconds > 0 else 0.0
 
 
-def _gather_cache(cache, rows: torch.Tensor, slots: torch.Tensor) -> None:
-    """Keep cache rows `rows` [R] and, per kept row, slots `slots` [R, W] (in that order)."""
-    for layer in _layers(cache):
-        keys, values = layer.keys[rows], layer.values[rows]
-        index = slots.to(keys.device)[:, None, :, None].expand(-1, keys.shape[1], -1, keys.shape[3])
-        layer.keys = torch.gather(keys, 2, index)
-        layer.values = torch.gather(values, 2, index)
-
-
-def _round_mask(
-    lengths: list[int], proposals: list[Proposal], width: int, dtype: torch.dtype
-) -> torch.Tensor:
-    """[R, 1, q, width + q] additive mask: each row's valid past, then its own tree."""
-    rows, q = len(proposals), 1 + max(len(p) for p in proposals)
-    allowed = torch.zeros(rows, q, width + q, dtype=torch.bool)
-    for r, (length, proposal) in enumerate(zip(lengths, proposals, strict=True)):
-        n = len(proposal) + 1
-        allowed[r, :n, :length] = True
-        allowed[r, :n, width : width + n] = proposal.ancestor_mask()
-        for pad in range(n, q):  # padding queries see only themselves
-            allowed[r, pad, width + pad] = True
-    mask = torch.zeros(allowed.shape, dtype=dtype)
-    mask.masked_fill_(~allowed, torch.finfo(dtype).min)
-    return mask[:, None]
-
-
 class BatchGenerator:
     """Speculative decoding for a batch of prompts, per-row acceptance, lossless per row."""
 
@@ -92,8 +69,16 @@ class BatchGenerator:
         proposer_factory: Callable[[], Proposer] | None = None,
         num_speculative_tokens: int = NUM_SPECULATIVE_TOKENS,
         max_speculative_batch: int = 8,
+        static_cache: bool = False,
+        max_cache_length: int = 2048,
+        cuda_graphs: bool | None = None,
     ) -> None:
-        """`proposer_factory` makes one proposer per request (draft LMs keep per-row state)."""
+        """`proposer_factory` makes one proposer per request (draft LMs keep per-row state).
+
+        `static_cache`: the target's KV cache in buffers allocated once (`max_cache_length`
+        positions per row, prompt and new tokens together, for as many rows as the largest
+        batch asked for); on CUDA each (rows, width) forward then replays as a CUDA graph
+        (`cuda_graphs`: None = on when the target is on CUDA)."""
         if num_speculative_tokens < 0 or max_speculative_batch < 0:
             raise GenerationError("num_speculative_tokens and max_speculative_batch must be >= 0")
         self.target, self.tokenizer = target.eval(), tokenizer
@@ -102,7 +87,13 @@ class BatchGenerator:
         self.max_speculative_batch = max_speculative_batch
         self.device = next(target.parameters()).device
         max_positions = getattr(target.config, "max_position_embeddings", None)
-        self.limits = Limits(max_positions, eos_ids(target, tokenizer))
+        self.max_cache_length = max_cache_length if static_cache else None
+        self.cuda_graphs = use_cuda_graphs(self.device, cuda_graphs)
+        self._static: StaticBatchForward | None = None
+        limit = max_positions
+        if self.max_cache_length is not None:
+            limit = min(limit or max_cache_length, max_cache_length)
+        self.limits = Limits(limit, eos_ids(target, tokenizer))
 
     @torch.no_grad()
     def generate(
@@ -115,6 +106,12 @@ class BatchGenerator:
         requests = []
         for prompt in prompts:
             ids = encode_prompt(self.tokenizer, prompt, self.limits.max_context)
+            if self.max_cache_length and len(ids) + params.max_new_tokens > self.max_cache_length:
+                raise GenerationError(
+                    f"{len(ids)} prompt tokens + max_new_tokens {params.max_new_tokens} do not "
+                    f"fit the static cache's {self.max_cache_length} positions "
+                    "(raise max_cache_length)"
+                )
             proposer = self.proposer_factory() if self.proposer_factory else None
             if proposer is not None:
                 proposer.reset()
@@ -122,28 +119,38 @@ class BatchGenerator:
         with target_states(requests[0].proposer, self.target) as captured:
             return self._generate(requests, params, captured)
 
+    def _forward(self, rows: int) -> DynamicBatchForward | StaticBatchForward:
+        """The batched forward for `rows` requests: a growing cache, or the static buffers
+        (allocated again, with their graphs, only when a larger batch comes)."""
+        if self.max_cache_length is None:
+            return DynamicBatchForward(self.target)
+        if self._static is None or self._static.max_rows < rows:
+            self._static = None  # free the smaller buffers first
+            self._static = StaticBatchForward(
+                self.target, self.max_cache_length, rows, self.cuda_graphs
+            )
+        return self._static
+
     def _observe(self, captured, request: Request, row: int, slots) -> None:
-        """Hand `request`'s proposer the target states (cache row `row`) of its `slots`."""
+        """Hand `request`'s proposer the target states (forward row `row`) of its `slots`."""
         if captured is not None:
             proposer = request.proposer
             proposer.observe(fused_states(captured, proposer.target_layers)[row, slots])
 
     def _generate(self, requests: list[Request], params, captured) -> BatchOutput:
-        from transformers import DynamicCache
-
         generator = None if params.greedy else params.generator(self.device)
         started = time.perf_counter()
-        cache = DynamicCache()
-        lengths = [len(r.context) - 1 for r in requests]  # cache slots per row (all but the root)
+        forward = self._forward(len(requests))
         contexts = [r.context for r in requests]
         shared = len(requests) > 1 and all(c == contexts[0] for c in contexts)
         # one prompt asked for several times (n samples of it): prefilled once, cache repeated
-        self._prefill(cache, *((contexts[:1], lengths[:1]) if shared else (contexts, lengths)))
-        if shared and lengths[0] > 0:
-            cache.batch_repeat_interleave(len(requests))
-        if max(lengths) > 0:
-            for row, request in enumerate(requests):
-                self._observe(captured, request, 0 if shared else row, slice(0, lengths[row]))
+        self._prefill(forward, contexts[:1] if shared else contexts, captured)
+        if shared:
+            forward.repeat(len(requests))
+        for row, request in enumerate(requests):
+            if len(request.context) > 1:
+                prompt = slice(0, len(request.context) - 1)
+                self._observe(captured, request, 0 if shared else row, prompt)
         prefill_seconds = time.perf_counter() - started
         active, rounds = list(range(len(requests))), 0
         while active:
@@ -154,76 +161,64 @@ class BatchGenerator:
             for r in active:
                 gamma = min(self.gamma, room(requests[r], params, self.limits) - 1)
                 proposals.append(propose(requests[r], gamma if speculate else 0, params, generator))
-            width = cache.get_seq_length()  # new slots start here
             rows = [requests[r] for r in active]
-            verified = self._verify(cache, [lengths[r] for r in active], rows, proposals)
+            logits = self._verify(forward, rows, proposals, captured)
             rounds += 1
-            keep_rows, keep_slots = [], []
-            for i, (r, request) in enumerate(zip(active, rows, strict=True)):
+            kept_rows, kept_slots = [], []
+            for i, (request, proposal) in enumerate(zip(rows, proposals, strict=True)):
                 tokens, slots = accept_round(
-                    verified[i], proposals[i], params, generator, request.metrics
+                    logits[i, : len(proposal) + 1], proposal, params, generator, request.metrics
                 )
                 self._observe(captured, request, i, slots)
-                if commit(request, tokens, params, self.limits, self.tokenizer):
-                    continue
-                keep_rows.append(i)
-                keep_slots.append(list(range(lengths[r])) + [width + s for s in slots])
-                lengths[r] = len(keep_slots[-1])
-            active = [active[i] for i in keep_rows]
+                kept_slots.append(slots)
+                if not commit(request, tokens, params, self.limits, self.tokenizer):
+                    kept_rows.append(i)
+            active = [active[i] for i in kept_rows]
             if active:
-                wide = max(len(s) for s in keep_slots)
-                padded = [s + [0] * (wide - len(s)) for s in keep_slots]
-                _gather_cache(cache, torch.tensor(keep_rows), torch.tensor(padded))
+                forward.commit(kept_slots)
+                forward.keep_rows(kept_rows)
         total = time.perf_counter() - started
         for request in requests:
             request.metrics.prefill_seconds = prefill_seconds
             request.metrics.total_seconds = total
         return BatchOutput([output(r, params, self.tokenizer) for r in requests], total, rounds)
 
-    def _prefill(self, cache, contexts, lengths) -> None:
+    def _prefill(self, forward, contexts: list[list[int]], captured) -> None:
         """Right-padded prompts (all but their last token) into the cache."""
+        forward.reset(len(contexts))
+        lengths = [len(c) - 1 for c in contexts]
         width = max(lengths)
         if width == 0:
             return
         ids = torch.zeros(len(contexts), width, dtype=torch.long)
         for r, context in enumerate(contexts):
             ids[r, : lengths[r]] = torch.tensor(context[:-1])
-        causal = torch.tril(torch.ones(width, width, dtype=torch.bool))
-        allowed = torch.zeros(len(contexts), width, width, dtype=torch.bool)
-        for r, length in enumerate(lengths):
-            allowed[r, :length, :length] = causal[:length, :length]
-            allowed[r, range(length, width), range(length, width)] = True  # padding: itself
-        mask = torch.zeros(allowed.shape, dtype=self.target.dtype)
-        mask.masked_fill_(~allowed, torch.finfo(mask.dtype).min)
-        mask = mask[:, None]
-        positions = torch.arange(width)[None].expand(len(contexts), -1)
-        self.target(
-            input_ids=ids.to(self.device),
-            attention_mask=mask.to(self.device),
-            position_ids=positions.to(self.device),
-            **cache_kwargs(self.target, cache, True),
+        causal = torch.ones(width, width, dtype=torch.bool).tril()
+        depths = torch.arange(width).repeat(len(contexts), 1)
+        forward.forward(
+            to_device(ids, self.device),
+            depths,
+            causal.repeat(len(contexts), 1, 1),
+            captured,
+            all_logits=False,
         )
+        forward.commit([list(range(length)) for length in lengths])
 
-    def _verify(self, cache, lengths, requests, proposals) -> list[torch.Tensor]:
-        """One forward for all rows over [root, nodes...]; each row's logits [n + 1, vocab]
-        (its verification time is counted on every row)."""
+    def _verify(self, forward, requests, proposals, captured) -> torch.Tensor:
+        """One forward for all rows over [root, nodes...], right-padded to the longest row;
+        logits [R, q, vocab] (the verification time is counted on every row)."""
         began = time.perf_counter()
-        width = cache.get_seq_length()
         q = 1 + max(len(p) for p in proposals)
-        ids = torch.zeros(len(proposals), q, dtype=torch.long)
-        positions = torch.zeros(len(proposals), q, dtype=torch.long)
+        inputs, depths = [], torch.zeros(len(proposals), q, dtype=torch.long)
+        ancestors = torch.eye(q, dtype=torch.bool).repeat(len(proposals), 1, 1)  # padding: itself
         for r, (request, proposal) in enumerate(zip(requests, proposals, strict=True)):
-            ids[r, : len(proposal) + 1] = torch.tensor([request.context[-1], *proposal.tokens])
-            positions[r] = lengths[r]
-            positions[r, 1 : len(proposal) + 1] += torch.tensor(proposal.depths, dtype=torch.long)
-        mask = _round_mask(lengths, proposals, width, self.target.dtype)
-        out = self.target(
-            input_ids=ids.to(self.device),
-            attention_mask=mask.to(self.device),
-            position_ids=positions.to(self.device),
-            **cache_kwargs(self.target, cache),
-        )
+            n = len(proposal) + 1
+            row = proposal.verification_input(request.context[-1], self.device)
+            inputs.append(torch.nn.functional.pad(row, (0, q - n)))
+            depths[r, 1:n] = torch.tensor(proposal.depths, dtype=torch.long)
+            ancestors[r, :n, :n] = proposal.ancestor_mask()
+        logits = forward.forward(torch.cat(inputs), depths, ancestors, captured)
         seconds = time.perf_counter() - began
         for request in requests:
             request.metrics.verify_seconds += seconds
-        return [out.logits[r, : len(p) + 1] for r, p in enumerate(proposals)]
+        return logits

@@ -14,6 +14,6 @@ def to_device(values, device, dtype: torch.dtype = torch.long) -> torch.Tensor:
     """`values` (nested lists of numbers, or a host tensor) as a tensor on `device`; on CUDA
     copied from pinned memory without a stream synchronisation."""
     tensor = values if isinstance(values, torch.Tensor) else torch.tensor(values, dtype=dtype)
-    if torch.device(device).type != "cuda":
+    if torch.device(device).type != "cuda" or tensor.device.type == "cuda":
         return tensor.to(device)
     return tensor.pin_memory().to(device, non_blocking=True)

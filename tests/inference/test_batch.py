@@ -1,4 +1,5 @@
-"""Batched generation: per-row acceptance with ragged rows equals batch-1 target-only output."""
+"""Batched generation: per-row acceptance with ragged rows equals batch-1 target-only output,
+on the growing cache and on the static one (eagerly, and on the buffers CUDA graphs capture)."""
 
 from __future__ import annotations
 
@@ -21,12 +22,31 @@ def factories(model):
     }
 
 
+def batch_generator(model, tokenizer, factory, gamma: int, cache: str, **kwargs):
+    """A `BatchGenerator` on the `cache` named: "dynamic", "static", or "graph-buffers" (the
+    static forward through the buffers a CUDA graph captures, run eagerly off CUDA)."""
+    static = cache != "dynamic"
+    batch = BatchGenerator(
+        model, tokenizer, factory, gamma, static_cache=static, max_cache_length=256, **kwargs
+    )
+    if cache == "graph-buffers":
+        batch._forward(len(PROMPTS)).use_graphs = True
+    return batch
+
+
+CACHES = ["dynamic", "static", "graph-buffers"]
+
+
+@pytest.mark.parametrize("cache", CACHES)
 @pytest.mark.parametrize("name", ["target-only", "prompt-lookup", "draft-lm-noisy", "tree-noisy"])
-def test_batch_of_four_equals_batch_one_target_only(target_and_tokenizer, reference, name):
+def test_batch_of_four_equals_batch_one_target_only(target_and_tokenizer, reference, name, cache):
     model, tokenizer = target_and_tokenizer
-    batch = BatchGenerator(model, tokenizer, factories(model)[name], num_speculative_tokens=3)
+    batch = batch_generator(model, tokenizer, factories(model)[name], 3, cache)
     out = batch.generate(PROMPTS, SamplingParams(max_new_tokens=32))
     assert [o.token_ids for o in out.outputs] == reference
+    if cache == "graph-buffers":  # one (rows, width) entry per shape, reused across rounds
+        shapes = batch._static._shapes
+        assert shapes and len(shapes) < out.num_rounds
     if name != "target-only":
         forwards = sum(o.metrics.num_target_forwards for o in out.outputs)
         tokens = sum(o.metrics.num_generated_tokens for o in out.outputs)
@@ -62,11 +82,12 @@ def test_batch_rows_stop_independently_and_bad_input_is_refused(target_and_token
         batch.generate([])
 
 
-def test_one_prompt_repeated_is_prefilled_once(target_and_tokenizer, reference):
+@pytest.mark.parametrize("cache", ["dynamic", "static"])
+def test_one_prompt_repeated_is_prefilled_once(target_and_tokenizer, reference, cache):
     """n samples of one prompt: one prefill row, its cache repeated; every row decodes as the
     prompt alone does (greedy), and each row samples on its own (seeded, rows differ)."""
     model, tokenizer = target_and_tokenizer
-    batch = BatchGenerator(model, tokenizer, factories(model)["draft-lm-noisy"], 3)
+    batch = batch_generator(model, tokenizer, factories(model)["draft-lm-noisy"], 3, cache)
     widths = []
     hook = model.register_forward_hook(
         lambda m, args, kwargs, out: widths.append(kwargs["input_ids"].shape), with_kwargs=True
@@ -79,3 +100,22 @@ def test_one_prompt_repeated_is_prefilled_once(target_and_tokenizer, reference):
     assert [o.token_ids for o in out.outputs] == [reference[0]] * 3
     sampled = batch.generate([PROMPTS[0]] * 3, SamplingParams(temperature=1.0, seed=0))
     assert len({tuple(o.token_ids) for o in sampled.outputs}) > 1
+
+
+def test_the_static_batch_refuses_what_it_cannot_hold_and_grows_with_the_batch(
+    target_and_tokenizer, reference
+):
+    model, tokenizer = target_and_tokenizer
+    batch = BatchGenerator(model, tokenizer, static_cache=True, max_cache_length=80)
+    with pytest.raises(GenerationError, match="do not fit the static cache's 80 positions"):
+        batch.generate([list(range(1, 20))], SamplingParams(max_new_tokens=70))
+    first = batch.generate(PROMPTS[1:2], SamplingParams(max_new_tokens=32))
+    assert [o.token_ids for o in first.outputs] == reference[1:2]
+    small = batch._static
+    assert small.max_rows == 1
+    out = batch.generate(PROMPTS[1:4], SamplingParams(max_new_tokens=32))
+    assert [o.token_ids for o in out.outputs] == reference[1:4]
+    assert batch._static.max_rows == 3 and batch._static is not small
+    bigger = batch._static
+    batch.generate(PROMPTS[1:3], SamplingParams(max_new_tokens=4))  # fewer rows: same buffers
+    assert batch._static is bigger

@@ -69,6 +69,21 @@ def test_greedy_output_equals_target_only_batch_1_and_4(
     batched_forwards = sum(o.metrics.num_target_forwards for o in out.outputs)
     assert tokens / batched_forwards > 1.2, f"{case} batched: tau {tokens / batched_forwards:.2f}"
     assert out.num_rounds <= max(len(r) for r in reference)
+    # on the static batch cache through the graph buffers, with the target states hooked there
+    static = BatchGenerator(
+        model,
+        tokenizer,
+        lambda: EagleProposer(drafter, tree, static_cache=True, max_cache_length=256),
+        num_speculative_tokens=4,
+        static_cache=True,
+        max_cache_length=256,
+    )
+    static._forward(len(PROMPTS)).use_graphs = True
+    again = static.generate(PROMPTS, params)
+    assert [o.token_ids for o in again.outputs] == reference
+    assert [o.metrics.num_target_forwards for o in again.outputs] == [
+        o.metrics.num_target_forwards for o in out.outputs
+    ]
 
 
 STATIC_CASES = {

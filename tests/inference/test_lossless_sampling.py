@@ -215,13 +215,24 @@ def test_unverified_draft_samples_fail_the_same_test(target_exact):
     assert tv_of_draft > 3 * _threshold(exact)
 
 
-def test_batched_speculative_sampling_matches_the_target_distribution(target_exact):
-    """Ragged batches (a one-token prompt among the measured ones), a confidently bad draft."""
+@pytest.mark.parametrize("static", [False, True], ids=["dynamic", "static"])
+def test_batched_speculative_sampling_matches_the_target_distribution(target_exact, static):
+    """Ragged batches (a one-token prompt among the measured ones), a confidently bad draft;
+    on the growing cache and on the static one's graph buffers."""
     from draftzoo.inference.batch import BatchGenerator
 
     target, exact = target_exact
     bad = _tiny_lm(seed=7, sharpness=60.0)
-    batch = BatchGenerator(target, None, lambda: DraftModelProposer(bad), num_speculative_tokens=2)
+    batch = BatchGenerator(
+        target,
+        None,
+        lambda: DraftModelProposer(bad),
+        num_speculative_tokens=2,
+        static_cache=static,
+        max_cache_length=32,
+    )
+    if static:
+        batch._forward(4).use_graphs = True
     counts, accepted = Counter(), 0
     for seed in range(SAMPLES // 3):
         params = SamplingParams(temperature=1.0, top_k=5, max_new_tokens=LENGTH, seed=seed)

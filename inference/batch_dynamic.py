@@ -1,0 +1,94 @@
+"""Batched forwards over a growing `DynamicCache`, each row at its own length.
+
+The cache is [rows, heads, slots, dim] and kept *compact*: after every commit each row's valid
+slots are gathered to the front, and dropped rows are gathered away. A forward appends R x w
+slots after the widest row; row r's queries see its slots [0, lengths[r]) and its own
+ancestors among the new ones, at positions `lengths[r] + depth`. `StaticBatchForward` is the
+same interface over buffers allocated once.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .kv_cache import _layers, cache_kwargs
+
+
+def _gather(cache, rows: torch.Tensor, slots: torch.Tensor) -> None:
+    """Keep cache rows `rows` [R] and, per kept row, slots `slots` [R, W] (in that order)."""
+    for layer in _layers(cache):
+        keys, values = layer.keys[rows], layer.values[rows]
+        index = slots.to(keys.device)[:, None, :, None].expand(-1, keys.shape[1], -1, keys.shape[3])
+        layer.keys = torch.gather(keys, 2, index)
+        layer.values = torch.gather(values, 2, index)
+
+
+class DynamicBatchForward:
+    """Batched forwards of `model` over a growing cache; see the module docstring."""
+
+    def __init__(self, model) -> None:
+        self.model = model.eval()
+        self.device = next(model.parameters()).device
+        self.cache = None
+        self.lengths: list[int] = []  # committed positions of each live row
+        self._width = 0  # slots before the last forward's
+
+    def reset(self, rows: int) -> None:
+        """Start `rows` new sequences."""
+        from transformers import DynamicCache
+
+        self.cache, self.lengths = DynamicCache(), [0] * rows
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,  # [R, w] on the model's device, R = the live rows
+        depths: torch.Tensor,  # [R, w] positions relative to each row's length
+        ancestors: torch.Tensor,  # [R, w, w] bool: in row r, a attends b
+        captured: dict | None = None,  # unused: hooks refresh it on every eager forward
+        all_logits: bool = True,  # False: the last position's only (prefill)
+    ) -> torch.Tensor:
+        """Logits [R, w, vocab]."""
+        rows, width = input_ids.shape
+        self._width = self.cache.get_seq_length()
+        allowed = torch.zeros(rows, width, self._width + width, dtype=torch.bool)
+        for r, length in enumerate(self.lengths):
+            allowed[r, :, :length] = True
+        allowed[:, :, self._width :] = ancestors
+        mask = torch.zeros(allowed.shape, dtype=self.model.dtype)
+        mask.masked_fill_(~allowed, torch.finfo(mask.dtype).min)
+        positions = depths + torch.tensor(self.lengths)[:, None]
+        out = self.model(
+            input_ids=input_ids,
+            attention_mask=mask[:, None].to(self.device),
+            position_ids=positions.to(self.device),
+            **cache_kwargs(self.model, self.cache, not all_logits),
+        )
+        return out.logits
+
+    def commit(self, kept: list[list[int]]) -> None:
+        """Keep, in row r, the last forward's slots `kept[r]` (relative, in order)."""
+        slots = [
+            list(range(length)) + [self._width + s for s in row_kept]
+            for length, row_kept in zip(self.lengths, kept, strict=True)
+        ]
+        self.lengths = [len(s) for s in slots]
+        self._keep(list(range(len(slots))), slots)
+
+    def keep_rows(self, rows: list[int]) -> None:
+        """Keep the live rows `rows` (in that order)."""
+        if rows != list(range(len(self.lengths))):
+            self.lengths = [self.lengths[r] for r in rows]
+            self._keep(rows, [list(range(length)) for length in self.lengths])
+
+    def repeat(self, rows: int) -> None:
+        """Row 0 repeated `rows` times (one prompt prefilled once for several requests)."""
+        if self.lengths[0] > 0:
+            self.cache.batch_repeat_interleave(rows)
+        self.lengths = self.lengths[:1] * rows
+
+    def _keep(self, rows: list[int], slots: list[list[int]]) -> None:
+        wide = max(len(s) for s in slots)
+        if wide == 0:
+            return
+        padded = [s + [0] * (wide - len(s)) for s in slots]
+        _gather(self.cache, torch.tensor(rows), torch.tensor(padded))

@@ -1,0 +1,235 @@
+"""Batched forwards of one causal LM over a preallocated cache, each row at its own length.
+
+`StaticForward` for several requests at once. Row r's keys and values live in row r of
+buffers [rows, heads, slots, dim] allocated once. A forward of R rows and width w writes row
+r's tokens at slots `lengths[r] .. lengths[r] + w - 1` (positions `lengths[r] + depth`), and
+row r's queries see its own committed slots and its own ancestors in the forward; rows with
+fewer tokens are padded with queries nobody sees. Committing moves each row's accepted slots
+down in place; finished rows are dropped by moving the rows kept up, so the live rows are
+always 0..R-1. Each (rows, width) forward up to `max_graph_width` wide is captured once as a
+CUDA graph on CUDA and replayed after; on CPU the same code runs eagerly.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import torch
+
+from .errors import GenerationError
+from .graphs import CapturedCall, use_cuda_graphs
+from .kv_cache import cache_kwargs
+from .transfer import to_device
+
+
+class RowSlots:
+    """Where each row's new keys go: row indices [R, 1], slots [R, w]; and how many slots
+    attention reads back (None = all, as a captured graph needs)."""
+
+    rows: torch.Tensor
+    tensor: torch.Tensor
+    limit: int | None = None
+
+
+@functools.cache
+def _row_slot_layer_class():
+    """The per-row slot-writing cache layer class (defined on first use)."""
+    from transformers.cache_utils import StaticLayer
+
+    class RowSlotLayer(StaticLayer):
+        """A `StaticLayer` of `max_rows` rows, each written at the slots its owner chose."""
+
+        def __init__(self, max_cache_len: int, max_rows: int, slots: RowSlots) -> None:
+            super().__init__(max_cache_len=max_cache_len)
+            self.max_rows, self.slots = max_rows, slots
+
+        def update(self, key_states, value_states, *args, **kwargs):
+            if not self.is_initialized:
+                rows = (self.max_rows, -1, -1, -1)
+                self.lazy_initialization(key_states[:1].expand(rows), value_states[:1].expand(rows))
+            where = (self.slots.rows, slice(None), self.slots.tensor)
+            self.keys[where] = key_states.transpose(1, 2)
+            self.values[where] = value_states.transpose(1, 2)
+            count, limit = key_states.shape[0], self.slots.limit
+            return self.keys[:count, :, :limit], self.values[:count, :, :limit]
+
+    return RowSlotLayer
+
+
+def row_slot_cache(config, size: int, max_rows: int, slots: RowSlots):
+    """A transformers `StaticCache` of `max_rows` rows whose layers write where `slots` says."""
+    from transformers import StaticCache
+
+    cache = StaticCache(config=config, max_cache_len=size)
+    if any(type(layer).__name__ != "StaticLayer" for layer in cache.layers):
+        kinds = sorted({type(layer).__name__ for layer in cache.layers})
+        raise GenerationError(
+            f"the static cache supports full-attention layers only; this model has {kinds} "
+            "(use the dynamic cache)"
+        )
+    layer_class = _row_slot_layer_class()
+    cache.layers = [layer_class(size, max_rows, slots) for _ in cache.layers]
+    return cache
+
+
+@dataclass
+class _Shape:
+    """One (rows, width) forward's input buffers and its captured call."""
+
+    input_ids: torch.Tensor  # [R, w]
+    lengths: torch.Tensor  # [R]
+    depths: torch.Tensor  # [R, w]
+    ancestors: torch.Tensor  # [R, w, w] bool
+    call: CapturedCall | None = None
+    states: dict | None = None  # hooked target states, refreshed by every replay
+
+
+class StaticBatchForward:
+    """Batched forwards of `model` over a preallocated cache; see the module docstring."""
+
+    def __init__(
+        self,
+        model,
+        max_length: int,
+        max_rows: int,
+        cuda_graphs: bool | None = None,
+        max_graph_width: int = 64,
+    ) -> None:
+        parameter = next(model.parameters())
+        self.model = model.eval()
+        self.device, self.dtype = parameter.device, parameter.dtype
+        self.use_graphs = use_cuda_graphs(self.device, cuda_graphs)
+        self.max_length, self.max_rows = max_length, max_rows
+        self.max_graph_width = max_graph_width
+        #: slots past max_length: uncommitted nodes and padding may be written there
+        self.size = max_length + max_graph_width
+        self._slots = RowSlots()
+        self.cache = row_slot_cache(model.config, self.size, max_rows, self._slots)
+        self._kwargs = cache_kwargs(model, self.cache)
+        self._prefill_kwargs = cache_kwargs(model, self.cache, last_logits_only=True)
+        self._offsets = torch.arange(self.size, device=self.device)
+        self._row_index = torch.arange(max_rows, device=self.device)[:, None]
+        self._shapes: dict[tuple[int, int], _Shape] = {}
+        self.lengths: list[int] = []  # committed positions of each live row
+
+    def reset(self, rows: int) -> None:
+        """Start `rows` new sequences (the buffers and graphs stay)."""
+        if rows > self.max_rows:
+            raise GenerationError(f"{rows} rows do not fit a static batch of {self.max_rows}")
+        self.lengths = [0] * rows
+
+    def nbytes(self) -> int:
+        """Bytes of the preallocated keys and values (every row and scratch slot)."""
+        layers = [layer for layer in self.cache.layers if layer.is_initialized]
+        return sum(2 * layer.keys.numel() * layer.keys.element_size() for layer in layers)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,  # [R, w] on the model's device, R = the live rows
+        depths: torch.Tensor,  # [R, w] positions relative to each row's length
+        ancestors: torch.Tensor,  # [R, w, w] bool: in row r, a attends b
+        captured: dict | None = None,  # hooked target states, kept current across replays
+        all_logits: bool = True,  # False: the last position's only, eagerly (prefill)
+    ) -> torch.Tensor:
+        """Logits [R, w, vocab] (valid until the next forward)."""
+        rows, width = input_ids.shape
+        if rows != len(self.lengths):
+            raise GenerationError(f"{rows} input rows for {len(self.lengths)} live rows")
+        if max(self.lengths) + width > self.size:
+            raise GenerationError(
+                f"the static cache holds {self.size} slots; this forward needs "
+                f"{max(self.lengths) + width} (raise max_cache_length)"
+            )
+        lengths = to_device(self.lengths, self.device)
+        depths, ancestors = to_device(depths, self.device), to_device(ancestors, self.device)
+        if not (self.use_graphs and all_logits and width <= self.max_graph_width):
+            self._slots.limit = max(self.lengths) + width
+            return self._run(input_ids, lengths, depths, ancestors, all_logits)
+        shape = self._shapes.get((rows, width)) or self._capture(rows, width, captured)
+        shape.input_ids.copy_(input_ids)
+        shape.lengths.copy_(lengths)
+        shape.depths.copy_(depths)
+        shape.ancestors.copy_(ancestors)
+        self._slots.limit = None
+        (logits,) = shape.call.replay()
+        if captured is not None and shape.states:
+            captured.update(shape.states)
+        return logits
+
+    def commit(self, kept: list[list[int]]) -> None:
+        """Keep, in row r, the forward's slots `kept[r]` (relative, in order) as its next
+        positions."""
+        moves = [
+            (row, self.lengths[row] + i, self.lengths[row] + s)
+            for row, slots in enumerate(kept)
+            for i, s in enumerate(slots)
+            if s != i
+        ]
+        if moves:
+            rows, dst, src = (to_device(list(c), self.device) for c in zip(*moves, strict=True))
+            for layer in self.cache.layers:
+                layer.keys[rows, :, dst] = layer.keys[rows, :, src]
+                layer.values[rows, :, dst] = layer.values[rows, :, src]
+        self.lengths = [length + len(s) for length, s in zip(self.lengths, kept, strict=True)]
+
+    def keep_rows(self, rows: list[int]) -> None:
+        """Keep the live rows `rows` (in that order) as rows 0..len(rows) - 1."""
+        if rows != list(range(len(rows))):
+            index = to_device(rows, self.device)
+            for layer in self.cache.layers:
+                layer.keys[: len(rows)] = layer.keys[index]
+                layer.values[: len(rows)] = layer.values[index]
+        self.lengths = [self.lengths[r] for r in rows]
+
+    def repeat(self, rows: int) -> None:
+        """Row 0 copied into `rows` rows (one prompt prefilled once for several requests)."""
+        length = self.lengths[0]
+        self.reset(rows)  # checks the size
+        for layer in self.cache.layers:
+            layer.keys[1:rows] = layer.keys[:1]
+            layer.values[1:rows] = layer.values[:1]
+        self.lengths = [length] * rows
+
+    def _run(self, input_ids, lengths, depths, ancestors, all_logits=True) -> torch.Tensor:
+        """The forward a graph captures: slots, positions and mask from `lengths` [R]."""
+        rows, width = input_ids.shape
+        columns = self.size if self._slots.limit is None else self._slots.limit
+        lengths = lengths[:, None]
+        self._slots.rows = self._row_index[:rows]
+        self._slots.tensor = self._offsets[:width] + lengths  # [R, w]
+        relative = self._offsets[:columns] - lengths  # [R, columns]: slot - length
+        inside = (relative >= 0) & (relative < width)
+        index = relative.clamp(0, width - 1)[:, None, :].expand(rows, width, columns)
+        tree = ancestors.gather(2, index)  # [R, w, columns]
+        allowed = (relative < 0)[:, None] | (inside[:, None] & tree)
+        blocked = torch.finfo(self.dtype).min
+        mask = torch.full((rows, width, columns), blocked, dtype=self.dtype, device=self.device)
+        mask.masked_fill_(allowed, 0)
+        out = self.model(
+            input_ids=input_ids,
+            position_ids=depths + lengths,
+            attention_mask=mask[:, None],
+            **(self._kwargs if all_logits else self._prefill_kwargs),
+        )
+        return out.logits
+
+    def _capture(self, rows: int, width: int, captured: dict | None) -> _Shape:
+        """Capture the (rows, width) forward; its warm-up writes only at scratch slots."""
+        chain = torch.ones(width, width, dtype=torch.bool, device=self.device).tril()
+        shape = _Shape(
+            input_ids=torch.zeros(rows, width, dtype=torch.long, device=self.device),
+            lengths=torch.full((rows,), self.max_length, device=self.device),
+            depths=torch.arange(width, device=self.device).repeat(rows, 1),
+            ancestors=chain.repeat(rows, 1, 1),
+        )
+        self._slots.limit = None
+
+        def run() -> tuple:
+            return (self._run(shape.input_ids, shape.lengths, shape.depths, shape.ancestors),)
+
+        shape.call = CapturedCall({}, run).capture(self.device)
+        if captured is not None and self.device.type == "cuda":
+            shape.states = dict(captured)
+        self._shapes[(rows, width)] = shape
+        return shape
