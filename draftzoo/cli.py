@@ -128,7 +128,7 @@ def _generate(args: argparse.Namespace) -> int:
     )
     target_path = target_location(args.target or COMMITTED_TARGET)
     tokenizer = AutoTokenizer.from_pretrained(target_path)
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    device = _device(args.device)
     target = load_causal_lm(target_path, dtype=torch.float32).to(device)
     proposer = None
     if args.prompt_lookup:
@@ -293,6 +293,13 @@ def _capture(args: argparse.Namespace) -> int:
     return 0
 
 
+def _device(name: str | None) -> str:
+    """The device asked for, else cuda when there is one, else cpu."""
+    import torch
+
+    return name or ("cuda" if torch.cuda.is_available() else "cpu")
+
+
 def _eval_config(args: argparse.Namespace):
     """The `EvalConfig` the `draftzoo eval` flags describe; a contradiction is a ConfigError."""
     from draftzoo.eval.runner import EvalConfig
@@ -314,6 +321,7 @@ def _eval_config(args: argparse.Namespace):
             acceptance=args.acceptance,
             chat=not args.raw,
             seed=args.seed,
+            static_cache=args.static_cache,
             teacher_forced=args.teacher_forced,
             position_edges=tuple(args.position_edges),
             certificate_samples=args.certificate_samples,
@@ -343,12 +351,18 @@ def _eval(args: argparse.Namespace) -> int:
             f"--teacher-forced scores EAGLE drafters; {folder} is a {record['family']} drafter"
         )
     target_name = args.target or recorded_target(record)
-    target, tokenizer = load_target(target_name)
+    target, tokenizer = load_target(target_name, device=_device(args.device))
     adapts_target = record["family"] == "medusa2"
     if adapts_target:  # the original target's greedy answers, before the adapter is merged
         original = _greedy_answers(target, tokenizer, config)
     drafter = load_drafter(
-        folder, target, tokenizer, config.proposal, config.num_speculative_tokens, config.tree
+        folder,
+        target,
+        tokenizer,
+        config.proposal,
+        config.num_speculative_tokens,
+        config.tree,
+        config.static_cache,
     )
     report = evaluate(target, tokenizer, drafter, config, target_name)
     if adapts_target:
@@ -404,7 +418,13 @@ def _certify(args: argparse.Namespace) -> int:
     record = read_drafter_record(folder)
     target, tokenizer = load_target(args.target or recorded_target(record))
     drafter = load_drafter(
-        folder, target, tokenizer, config.proposal, config.num_speculative_tokens, config.tree
+        folder,
+        target,
+        tokenizer,
+        config.proposal,
+        config.num_speculative_tokens,
+        config.tree,
+        config.static_cache,
     )
     prompts = load_prompts(config)[1:]
     report["certificate"] = certificate_of(target, tokenizer, drafter, config, prompts)
@@ -807,6 +827,13 @@ def _add_zoo_commands(commands) -> None:
         "draft lands at, e.g. 128 256 384",
     )
     ev.add_argument("--seed", type=int, default=0)
+    ev.add_argument("--device", help="cpu or cuda (default: cuda when available)")
+    ev.add_argument(
+        "--static-cache",
+        action="store_true",
+        help="preallocated KV caches for the target and the drafter, target-only and "
+        "speculative alike; on CUDA their decode forwards replay as CUDA graphs",
+    )
     _add_certificate_options(ev, "--certificate-samples", "--certificate-prompts")
     _add_acceptance(ev)
     ev.add_argument("--threads", type=int, default=0, help="torch threads (0 = default)")

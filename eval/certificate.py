@@ -127,8 +127,10 @@ def certify(
     config: CertificateConfig,
     acceptance: str = "exact",
     seed: int = 0,
+    static_cache: bool = False,
 ) -> dict[str, Any]:
-    """Run the check on the first `config.prompts` of `texts`; the certificate as a dict."""
+    """Run the check on the first `config.prompts` of `texts`; the certificate as a dict
+    (`static_cache`: decoded on the static caches the evaluation served with)."""
     chosen = list(texts)[: config.prompts]
     delta = config.false_alarm / len(chosen)
     generator = BatchGenerator(
@@ -137,6 +139,7 @@ def certify(
         make_proposer,
         num_speculative_tokens=config.tokens,
         max_speculative_batch=config.batch_size,
+        static_cache=static_cache,
     )
     eos = eos_ids(target, tokenizer)
     rows = []

@@ -85,7 +85,7 @@ class Row:
 def group_of(report: dict[str, Any]) -> str:
     """What a report was measured on, as a label: rows with equal labels may be ranked."""
     hw, cfg = report["hardware"], report["config"]
-    if hw.get("cuda"):
+    if hw.get("cuda") and hw.get("device", "cuda").startswith("cuda"):
         device = hw["cuda"]
     elif hw.get("cpu_model"):
         device = f"{hw['cpu_model']}, {hw['torch_threads']} threads"
@@ -97,6 +97,8 @@ def group_of(report: dict[str, Any]) -> str:
         f"{report['target']['name']} on {device}; {prompts}, {cfg['max_prompts']} prompts each, "
         f"{cfg['max_new_tokens']} new tokens, batch 1"
     )
+    if cfg.get("static_cache"):
+        label += "; static caches"
     if cfg.get("acceptance", "exact") != "exact":  # lossy rows are never ranked with exact ones
         label += f"; LOSSY {cfg['acceptance']} acceptance"
     return label

@@ -71,6 +71,9 @@ class EvalConfig:
     acceptance: str = "exact"
     chat: bool = True  # render prompts with the target's chat template
     seed: int = 0
+    #: preallocated KV caches for the target and the drafter, target-only and speculative
+    #: decoding alike; on CUDA their decode forwards replay as CUDA graphs
+    static_cache: bool = False
     #: EAGLE drafters: also score the chain's acceptance per draft step, teacher-forced on the
     #: target's own continuations (`draftzoo.eval.teacher_forced`), no speculative decoding
     teacher_forced: bool = False
@@ -170,8 +173,8 @@ def _module_bytes(module) -> int:
     return sum(t.numel() * t.element_size() for t in tensors)
 
 
-def environment() -> dict[str, Any]:
-    """Hardware and versions, as the report records them."""
+def environment(device: torch.device | None = None) -> dict[str, Any]:
+    """Hardware and versions, as the report records them (and the device measured on)."""
     import transformers
 
     from .. import __version__
@@ -184,6 +187,8 @@ def environment() -> dict[str, Any]:
         "torch_threads": torch.get_num_threads(),
         "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
     }
+    if device is not None:
+        hardware["device"] = str(device)
     versions = {
         "draftzoo": __version__,
         "torch": torch.__version__,
@@ -218,10 +223,14 @@ class Evaluation:
 
     def __init__(self, target, tokenizer, drafter: DrafterRuntime, config: EvalConfig) -> None:
         self.target, self.tokenizer, self.drafter, self.config = target, tokenizer, drafter, config
-        self.plain = SpeculativeGenerator(target, tokenizer)
+        static = {"static_cache": config.static_cache}
+        self.plain = SpeculativeGenerator(target, tokenizer, **static)
         self.speculative = SpeculativeGenerator(
-            target, tokenizer, drafter.make_proposer(), drafter.num_speculative_tokens
+            target, tokenizer, drafter.make_proposer(), drafter.num_speculative_tokens, **static
         )
+        #: {batch size: (target-only, speculative)}, kept across temperatures and repeats (a
+        #: static cache keeps its buffers and graphs)
+        self._batched_generators: dict[int, tuple[BatchGenerator, BatchGenerator]] = {}
         self.peak_cache_bytes = 0
 
     def _params(self, temperature: float, index: int, repeat: int) -> dict[str, SamplingParams]:
@@ -274,42 +283,53 @@ class Evaluation:
                 progress.update(1)
         return {"runs": runs, "per_pos": per_pos, "identical": identical}
 
+    def _batch_generators(self, batch_size: int) -> tuple[BatchGenerator, BatchGenerator]:
+        if batch_size not in self._batched_generators:
+            static = {"static_cache": self.config.static_cache}
+            plain = BatchGenerator(self.target, self.tokenizer, None, 0, **static)
+            speculative = BatchGenerator(
+                self.target,
+                self.tokenizer,
+                self.drafter.make_proposer,
+                self.drafter.num_speculative_tokens,
+                max_speculative_batch=batch_size,
+                **static,
+            )
+            self._batched_generators[batch_size] = plain, speculative
+        return self._batched_generators[batch_size]
+
     def _batched(self, texts, batch_size, temperature, repeat, progress) -> dict[str, Any]:
-        plain = BatchGenerator(self.target, self.tokenizer, None, 0)
-        speculative = BatchGenerator(
-            self.target,
-            self.tokenizer,
-            self.drafter.make_proposer,
-            self.drafter.num_speculative_tokens,
-            max_speculative_batch=batch_size,
-        )
+        plain, speculative = self._batch_generators(batch_size)
         runs: dict[str, list[_Run]] = {"target": [], "speculative": []}
         per_pos: list[int] = []
         identical: list[bool] = []
         params = self._params(temperature, 0, repeat)
-        # the warm-up prompt alone first, then chunks of `batch_size`
-        chunks = [texts[:1]] + [texts[i : i + batch_size] for i in range(1, len(texts), batch_size)]
+        # the warm-up prompt first, as a whole batch (its first row kept, not counted: the
+        # batch's shapes are warmed up), then chunks of `batch_size`
+        chunks = [texts[:1] * batch_size]
+        chunks += [texts[i : i + batch_size] for i in range(1, len(texts), batch_size)]
         for number, chunk in enumerate(chunks):
             order = ("target", "speculative") if number % 2 == 0 else ("speculative", "target")
             outs = {}
             for name in order:
                 generator = plain if name == "target" else speculative
                 outs[name] = generator.generate(chunk, params[name])
+            kept = {n: b.outputs[:1] if number == 0 else b.outputs for n, b in outs.items()}
             for name in ("target", "speculative"):
                 # the chunk's wall time, shared out by tokens so per-prompt sums stay exact
                 batch = outs[name]
                 total = sum(o.metrics.num_generated_tokens for o in batch.outputs) or 1
-                for out in batch.outputs:
+                for out in kept[name]:
                     run = _Run()
                     run.add(out, batch.total_seconds * out.metrics.num_generated_tokens / total)
                     runs[name].append(run)
-            for spec, ref in zip(outs["speculative"].outputs, outs["target"].outputs, strict=True):
+            for spec, ref in zip(kept["speculative"], kept["target"], strict=True):
                 self.peak_cache_bytes = max(self.peak_cache_bytes, spec.metrics.peak_cache_bytes)
                 if number > 0:
                     _add_positions(per_pos, spec.metrics.num_accepted_tokens_per_pos)
                 identical.append(spec.token_ids == ref.token_ids)
             if progress is not None:
-                progress.update(len(chunk))
+                progress.update(len(kept["target"]))
         return {"runs": runs, "per_pos": per_pos, "identical": identical}
 
     def _summarize(self, prompts, repeats, temperature, batch_size) -> dict[str, Any]:
@@ -483,7 +503,7 @@ def evaluate(
         "certificate": certificate_of(target, tokenizer, drafter, config, prompts[1:]),
         "memory": memory,
         "seconds": time.perf_counter() - started,
-        **environment(),
+        **environment(next(target.parameters()).device),
     }
 
 
@@ -496,7 +516,14 @@ def certificate_of(
         return None
     texts = [p.render(tokenizer, config.chat) for p in prompts]
     return certify(
-        target, tokenizer, drafter.make_proposer, texts, settings, config.acceptance, config.seed
+        target,
+        tokenizer,
+        drafter.make_proposer,
+        texts,
+        settings,
+        config.acceptance,
+        config.seed,
+        config.static_cache,
     )
 
 

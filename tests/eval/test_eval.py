@@ -232,3 +232,31 @@ def test_teacher_forced_field_is_the_chains_teacher_forced_score(
         evaluate(model, tokenizer, draft_lm, config, str(path), show_progress=False)
     assert main(["eval", str(tiny_drafters["draft_lm"]), "--teacher-forced"]) == 2
     assert "--teacher-forced scores EAGLE drafters" in capsys.readouterr().err
+
+
+def test_eval_command_measures_on_static_caches(tiny_drafters, testbed_tiny, tmp_path, capsys):
+    """`draftzoo eval --static-cache --device cpu`: target-only and speculative decoding both
+    on static caches (batch 1 and a batch of 2), the certificate too; the report says so, and
+    the leaderboard never ranks it with growing-cache rows."""
+    from draftzoo.cli import main
+    from draftzoo.eval.leaderboard import group_of
+
+    out = tmp_path / "eval"
+    argv = [
+        *("eval", str(tiny_drafters["eagle3"]), "--target", str(testbed_tiny[0])),
+        *("--prompts", "2", "--max-new-tokens", "12", "--temperatures", "0"),
+        *("--batch-sizes", "1", "2", "--num-speculative-tokens", "3"),
+        *("--certificate-samples", "60", "--certificate-prompts", "1"),
+        *("--static-cache", "--device", "cpu", "--output-dir", str(out)),
+    ]
+    assert main(argv) == 0
+    capsys.readouterr()
+    report = json.loads((out / "report.json").read_text())
+    assert report["config"]["static_cache"] is True
+    assert report["hardware"]["device"] == "cpu"
+    for result in report["results"]:
+        assert result["greedy_identity"]["rate"] == 1.0
+        assert result["greedy_identity"]["decodes"] == 2
+    assert report["certificate"]["passed"]
+    growing = {**report, "config": {**report["config"], "static_cache": False}}
+    assert group_of(report) == group_of(growing) + "; static caches"
