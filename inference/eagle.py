@@ -141,9 +141,8 @@ class EagleProposer(Proposer):
             tokens, draft_probs = self.static.draft(last, max_tokens, params, generator)
             return Proposal.chain(tokens, draft_probs)  # read with the verification
         if self.static is not None and params.greedy:
-            tokens, parents = self.static.tree(last, self.tree, max_tokens)
-            read = torch.cat([tokens, parents]).tolist()  # the tree's one read
-            return Proposal(read[: len(tokens)], read[len(tokens) :])
+            tokens, parents, depths, ancestors = self.static.tree(last, self.tree, max_tokens)
+            return Proposal(tokens, parents, layout=(depths, ancestors))  # read when verified
         if self.static is not None:  # sampled trees: eagerly, on the scratch slots
             self.cache = self.static.growing_view()
         try:

@@ -10,8 +10,9 @@ computations, each captured once as a CUDA graph and replayed:
 - the proposal: a chain of `gamma` draft steps, each writing its token's entry at the next
   scratch slot, or a greedy EAGLE-2 tree (`tree`: each depth's frontier fed in one forward,
   its children scored and the next frontier chosen by a stable sort on the device, the best
-  `total_tokens` candidates kept at the end); the drafts stay on the device, so the host reads
-  nothing until the proposal is complete.
+  `total_tokens` candidates kept at the end, with the tree's verification layout); the drafts
+  stay on the device, so the host reads nothing until the verification reads them with the
+  target's answer.
 
 Entry t sits at slot t with position t, as in the growing cache; a query sees every slot before
 `length`, and in the scratch region only the slots of its own ancestors and itself, so stale
@@ -29,7 +30,7 @@ from ..architectures.eagle import EagleDrafter
 from .errors import GenerationError
 from .graphs import CapturedCall, use_cuda_graphs
 from .sampling import SamplingParams, gumbel_pick, probabilities
-from .tree import TreeSettings
+from .tree import TreeSettings, tree_layout
 
 
 class SlotDraftCache:
@@ -217,9 +218,10 @@ class StaticEagle:
     @torch.no_grad()
     def tree(
         self, last: torch.Tensor, settings: TreeSettings, max_depth: int
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    ) -> tuple[torch.Tensor, ...]:
         """A greedy EAGLE-2 tree after the last real entry (output `last` [1, 1, h]): target
-        token ids [n] and parents [n] (-1 = the root), nodes in creation order, on the device.
+        token ids [n], parents [n] (-1 = the root), nodes in creation order, and the tree's
+        verification layout (`tree_layout`: depths [n+1], ancestors [n+1, n+1]), on the device.
         The same tree as `EagleProposer`'s eager one: ties go to the earlier candidate."""
         depth = min(settings.depth, max_depth)
         if not self.use_graphs:
@@ -241,7 +243,7 @@ class StaticEagle:
         return entry.replay()
 
     def _tree(self, last, length, settings: TreeSettings, depth: int):
-        """The captured tree: candidates' tokens, scores and parents as device tensors."""
+        """The captured tree: its tokens, parents and layout as device tensors."""
         drafter, k = self.drafter, min(settings.top_k, self.drafter.draft_vocab_size)
         logp = torch.log_softmax(drafter.logits(last)[0, -1].float(), dim=-1)
         top = logp.topk(k)
@@ -281,7 +283,8 @@ class StaticEagle:
         kept_parents = all_parents.index_select(0, keep)
         remapped = position.index_select(0, kept_parents.clamp_min(0))
         tree_parents = torch.where(kept_parents >= 0, remapped, kept_parents)
-        return self._to_target.index_select(0, all_tokens.index_select(0, keep)), tree_parents
+        tokens = self._to_target.index_select(0, all_tokens.index_select(0, keep))
+        return tokens, tree_parents, *tree_layout(tree_parents, depth)
 
     def _feed_frontier(self, draft_ids, hidden, ancestors, length, first, d) -> torch.Tensor:
         """One drafter forward over the frontier (draft ids [k], parent outputs [k, h]) at

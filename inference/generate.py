@@ -240,8 +240,7 @@ class SpeculativeGenerator:
     def _static_verify(self, input_ids, proposal, captured) -> torch.Tensor:
         if proposal.is_chain:
             return self.static.forward(input_ids, captured=captured)
-        depths = to_device([0, *proposal.depths], self.device)
-        ancestors = to_device(proposal.ancestor_mask(), self.device)
+        depths, ancestors = proposal.layout(self.device)  # a device tree's own: no read
         return self.static.forward(input_ids, ancestors, depths, captured)
 
     def _target_cache_bytes(self, cache) -> int:

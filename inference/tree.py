@@ -18,14 +18,17 @@ class Proposal:
 
     `tokens` may be a device tensor [n] (a proposer that drafted on the device): verification
     then builds its input on the device and reads the tokens with the target's answer, in the
-    round's one host read (`read_with`); `tokens` reads them on first use otherwise.
+    round's one host read (`read_with`); `tokens` reads them on first use otherwise. A tree
+    drafted on the device may keep its `parents` there too, with its verification `layout`
+    (`tree_layout`): they come back in that same read.
     """
 
     def __init__(
         self,
         tokens: list[int] | torch.Tensor,
-        parents: list[int],
+        parents: list[int] | torch.Tensor,
         draft_probs: torch.Tensor | None = None,
+        layout: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> None:
         if len(tokens) != len(parents):
             raise ValueError("tokens and parents must have the same length")
@@ -33,17 +36,32 @@ class Proposal:
         #: the tokens as drafted on the device [n], or None
         self.device_tokens: torch.Tensor | None = tokens if on_device else None
         self._tokens: list[int] | None = None if on_device else list(tokens)
-        self.parents = list(parents)
+        #: a device tree's parents [n] and (depths [n+1], ancestors [n+1, n+1]), or None
+        self.device_parents: torch.Tensor | None = None
+        self.device_layout = layout
         #: q_i: the distribution node i was sampled from, [n, vocab]; None for deterministic
         #: proposers (prompt lookup, greedy drafting), which verification treats as one-hot.
         self.draft_probs = draft_probs
-        self.children: list[list[int]] = [[] for _ in range(len(parents) + 1)]  # slot 0 = root
-        self.depths: list[int] = []
-        for i, parent in enumerate(self.parents):
+        self._parents: list[int] | None = None
+        if isinstance(parents, torch.Tensor):
+            if layout is None or not on_device:
+                raise ValueError(
+                    "parents on the device come with the tokens there and their layout "
+                    "(tree_layout)"
+                )
+            self.device_parents = parents
+        else:
+            self._set_parents(list(parents))
+
+    def _set_parents(self, parents: list[int]) -> None:
+        self._parents = parents
+        self._children: list[list[int]] = [[] for _ in range(len(parents) + 1)]  # slot 0 = root
+        self._depths: list[int] = []
+        for i, parent in enumerate(parents):
             if not -1 <= parent < i:
                 raise ValueError(f"node {i} has parent {parent}; parents must precede children")
-            self.children[parent + 1].append(i)
-            self.depths.append(1 if parent < 0 else self.depths[parent] + 1)
+            self._children[parent + 1].append(i)
+            self._depths.append(1 if parent < 0 else self._depths[parent] + 1)
 
     @classmethod
     def chain(
@@ -59,30 +77,76 @@ class Proposal:
             self._tokens = self.device_tokens.tolist()
         return self._tokens
 
+    def _read_layout(self) -> None:
+        if self._parents is None:
+            self._set_parents(self.device_parents.tolist())
+
+    @property
+    def parents(self) -> list[int]:
+        """Each node's parent (-1 = the root); read from the device on first use."""
+        self._read_layout()
+        return self._parents
+
+    @property
+    def children(self) -> list[list[int]]:
+        """Each slot's child nodes (slot 0 = the root, slot i + 1 = node i)."""
+        self._read_layout()
+        return self._children
+
+    @property
+    def depths(self) -> list[int]:
+        """Each node's depth (the root's children: 1)."""
+        self._read_layout()
+        return self._depths
+
+    @property
+    def tree_on_device(self) -> bool:
+        """A tree whose parents are still on the device (greedy acceptance stays there)."""
+        return self._parents is None
+
     @property
     def unread(self) -> bool:
-        """Drafted on the device and not read back yet."""
-        return self._tokens is None
+        """Drafted on the device (tokens, or a tree's parents) and not read back yet."""
+        return self._tokens is None or self._parents is None
 
     def read_with(self, values: torch.Tensor) -> list[int]:
-        """Read the device tokens together with `values` (one host read); `values` as a list."""
-        both = torch.cat([self.device_tokens, values.to(self.device_tokens.dtype)]).tolist()
-        self._tokens = both[: len(self.parents)]
-        return both[len(self.parents) :]
+        """Read what is still on the device together with `values` (one host read); `values`
+        as a list."""
+        parts = [self.device_tokens] if self._tokens is None else []
+        parts += [self.device_parents] if self._parents is None else []
+        read = torch.cat([*(p.long() for p in parts), values.long()]).tolist()
+        n = len(self)
+        if self._tokens is None:
+            self._tokens, read = read[:n], read[n:]
+        if self._parents is None:
+            self._set_parents(read[:n])
+            read = read[n:]
+        return read
 
     def verification_input(self, root: int, device) -> torch.Tensor:
         """[1, n + 1]: the root then the draft tokens, built on the device when drafted there."""
-        if self.unread:
+        if self._tokens is None:
             root_id = to_device([root], device, self.device_tokens.dtype)
             return torch.cat([root_id, self.device_tokens.to(device)])[None]
         return to_device([[root, *self.tokens]], device)
 
+    def layout(self, device) -> tuple[torch.Tensor, torch.Tensor]:
+        """(depths [n+1] from the root, ancestor mask [n+1, n+1]) on `device`: the device
+        tree's own, or copied there."""
+        if self.device_layout is not None:
+            depths, ancestors = self.device_layout
+            return depths.to(device), ancestors.to(device)
+        return to_device([0, *self.depths], device), to_device(self.ancestor_mask(), device)
+
     def __len__(self) -> int:
-        return len(self.parents)
+        return len(self._parents) if self._parents is not None else len(self.device_parents)
 
     @property
     def is_chain(self) -> bool:
-        return self.parents == list(range(-1, len(self.parents) - 1))
+        """A chain (a device tree, unread, is taken as a tree)."""
+        if self._parents is None:
+            return False
+        return self._parents == list(range(-1, len(self._parents) - 1))
 
     def ancestor_mask(self) -> torch.Tensor:
         """[n+1, n+1] bool: slot a attends slot b (slot 0 = root, slot i+1 = node i)."""
@@ -103,6 +167,22 @@ class Proposal:
             path.append(node)
             node = self.parents[node]
         return path[::-1]
+
+
+def tree_layout(parents: torch.Tensor, max_depth: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """`Proposal.ancestor_mask` and the slots' depths computed on the parents' device, for a
+    tree no deeper than `max_depth`: (depths [n+1], ancestors [n+1, n+1] bool)."""
+    n = parents.shape[0]
+    device = parents.device
+    parent_slot = torch.cat([torch.zeros(1, dtype=torch.long, device=device), parents + 1])
+    slots = torch.arange(n + 1, device=device)
+    ancestors = torch.zeros(n + 1, n + 1, dtype=torch.bool, device=device)
+    ancestors[slots, slots] = True
+    above = slots
+    for _ in range(max_depth):  # one step up per level: the root is its own parent
+        above = parent_slot.index_select(0, above)
+        ancestors[slots, above] = True
+    return ancestors.sum(-1) - 1, ancestors
 
 
 @dataclass(frozen=True)

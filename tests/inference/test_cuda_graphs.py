@@ -3,8 +3,9 @@
 On the committed testbed-small and the shipped zoo drafters, graphed greedy decoding must give
 the tokens of eager target-only decoding on the same GPU, for target-only, the draft LM, and
 EAGLE-3 chains and trees (whose target states are read back from the graphs' buffers), with
-EAGLE chains drafted by graphs too; a greedy round on static caches synchronises with the
-device once (the read of the drafts with the target's answer).
+EAGLE chains and trees drafted by graphs too; a greedy round on static caches synchronises
+with the device once (the read of the drafts with the target's answer); graphed batches give
+the same tokens.
 """
 
 import warnings
@@ -14,6 +15,7 @@ import torch
 
 from draftzoo.architectures.zoo_index import builtin_zoo_dir
 from draftzoo.data.prompts import load_prompt_set
+from draftzoo.inference.batch import BatchGenerator
 from draftzoo.inference.eagle import EagleProposer, TreeSettings
 from draftzoo.inference.generate import SpeculativeGenerator
 from draftzoo.inference.proposers import DraftModelProposer
@@ -119,7 +121,9 @@ def test_eagle_drafts_as_well_on_cuda_as_on_cpu(target_on_gpu, family):
     assert all(tau >= 0.9 * expected for tau in measured.values()), (expected, measured)
 
 
-@pytest.mark.parametrize("name", ["target-only", "draft-lm", "eagle3-chain-graphed"])
+@pytest.mark.parametrize(
+    "name", ["target-only", "draft-lm", "eagle3-chain-graphed", "eagle3-tree-graphed"]
+)
 def test_a_graphed_greedy_round_synchronises_once(target_on_gpu, name):
     """After a warm-up request (graph capture synchronises), every greedy round waits for the
     device once: `torch.cuda.set_sync_debug_mode` warns at each synchronising call."""
@@ -138,3 +142,22 @@ def test_a_graphed_greedy_round_synchronises_once(target_on_gpu, name):
             torch.cuda.set_sync_debug_mode("default")
     syncs = [w for w in caught if "synchroniz" in str(w.message)]
     assert len(syncs) == out.metrics.num_target_forwards, [str(w.message) for w in syncs[:5]]
+
+
+@pytest.mark.parametrize("name", ["target-only", "draft-lm", "eagle3-chain-graphed"])
+def test_graphed_batches_equal_eager_target_only(target_on_gpu, name):
+    """Four prompts at once on the static batch cache, each (rows, width) forward a graph."""
+    target, tokenizer, prompts = target_on_gpu
+    params = SamplingParams(max_new_tokens=64)
+    eager = SpeculativeGenerator(target, tokenizer)
+    expected = [eager.generate(prompt, params).token_ids for prompt in prompts]
+    proposer = _proposers(target, tokenizer)[name]
+    factories = {
+        "target-only": None,
+        "draft-lm": lambda: DraftModelProposer(proposer.model, static_cache=True),
+        "eagle3-chain-graphed": lambda: EagleProposer(proposer.drafter, static_cache=True),
+    }
+    batch = BatchGenerator(target, tokenizer, factories[name], 4, static_cache=True)
+    out = batch.generate(prompts, params)
+    assert [o.token_ids for o in out.outputs] == expected, name
+    assert batch._static.use_graphs and batch._static._shapes

@@ -1,11 +1,12 @@
 import pytest
+import torch
 
-from draftzoo.inference.acceptance import accept_greedy
+from draftzoo.inference.acceptance import accept, accept_greedy
 from draftzoo.inference.generate import GenerationError, SpeculativeGenerator
 from draftzoo.inference.proposers import DraftModelProposer, PromptLookupProposer, ProposerError
 from draftzoo.inference.sampling import SamplingParams
-from draftzoo.inference.tree import Proposal
-from tests.inference.helpers import TopKTreeProposer, perturbed_copy
+from draftzoo.inference.tree import Proposal, tree_layout
+from tests.inference.helpers import TopKTreeProposer, count_host_reads, perturbed_copy
 
 PROMPTS = [
     'def add(a, b):\n    """Return a + b."""\n',
@@ -32,6 +33,43 @@ def test_greedy_acceptance_against_a_hand_worked_tree():
     assert accept_greedy([6, 7, 9, 1, 4], tree) == ([1], 9)
     assert accept_greedy([5, 7, 9, 8, 4], tree) == ([0, 2, 3], 4)  # full path + bonus
     assert accept_greedy([3, 7, 9, 8, 4], tree) == ([], 3)
+
+
+def _random_tree(generator: torch.Generator, n: int) -> tuple[list[int], list[int]]:
+    """Tokens and parents of a random tree whose siblings hold distinct tokens."""
+    parents, tokens = [], []
+    for i in range(n):
+        parent = int(torch.randint(-1, i, (), generator=generator))
+        taken = {tokens[c] for c in range(i) if parents[c] == parent}
+        token = next(t for t in torch.randperm(6, generator=generator).tolist() if t not in taken)
+        parents.append(parent)
+        tokens.append(token)
+    return tokens, parents
+
+
+def test_a_tree_on_the_device_is_laid_out_and_accepted_as_on_the_host():
+    """`tree_layout` computes `ancestor_mask` and the depths from device parents; greedy
+    acceptance of the device tree (one read) equals the host walk, on random trees and
+    answers (nothing accepted, part of a path, a whole path)."""
+    generator = torch.Generator().manual_seed(0)
+    seen = set()
+    for _ in range(300):
+        n = int(torch.randint(1, 9, (), generator=generator))
+        tokens, parents = _random_tree(generator, n)
+        host = Proposal(tokens, parents)
+        depths, ancestors = tree_layout(torch.tensor(parents), max(host.depths))
+        assert torch.equal(ancestors, host.ancestor_mask())
+        assert depths.tolist() == [0, *host.depths]
+        argmax = torch.randint(0, 6, (n + 1,), generator=generator)
+        logits = torch.nn.functional.one_hot(argmax, 6).float()
+        device = Proposal(torch.tensor(tokens), torch.tensor(parents), layout=(depths, ancestors))
+        assert device.tree_on_device and len(device) == n
+        with count_host_reads() as reads:
+            answer = accept(logits, device, SamplingParams(), None)
+        assert answer == accept_greedy(argmax.tolist(), host) and reads[0] == 1
+        assert device.tokens == tokens and device.parents == parents and not device.unread
+        seen.add(len(answer[0]))
+    assert {0, 1, 2} <= seen
 
 
 def _proposers(model, tokenizer):
