@@ -208,11 +208,12 @@ def headline(certificate: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def accept_every_draft(logits, proposal, params, generator) -> tuple[list[int], int]:
+def accept_every_draft(logits, proposal, params, generator, answer=None) -> tuple[list[int], int]:
     """A deliberately LOSSY acceptance rule, the control that shows the certificate's power
     (put in place of `draftzoo.inference.round.accept` by the tests and
     `bench/certificate_power.py`; the runtime never uses it): the proposal's first path kept
-    whole, then a token sampled from the target."""
+    whole, then a token sampled from the target (`answer`, a greedy round's argmax, unused:
+    the certificate samples)."""
     path, slot = [], 0
     while proposal.children[slot]:
         child = proposal.children[slot][0]

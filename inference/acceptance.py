@@ -55,6 +55,20 @@ def greedy_answer(target_logits: torch.Tensor, proposal: Proposal) -> list[int]:
     return argmax.tolist()
 
 
+def greedy_answers(target_logits: torch.Tensor, proposals: list[Proposal]) -> list[list[int]]:
+    """`greedy_answer` of every row of a batch (logits [R, q, vocab], row r's first
+    len(proposals[r]) + 1 positions its own), with every row's drafts still on the device, in
+    one host read."""
+    argmax = target_logits.argmax(-1)  # [R, q]
+    pending = [part.long() for proposal in proposals for part in proposal.on_device()]
+    read = torch.cat([argmax.flatten(), *pending]).tolist()
+    rows, q = argmax.shape
+    rest = read[rows * q :]
+    for proposal in proposals:
+        rest = proposal.take(rest)
+    return [read[r * q : r * q + len(p) + 1] for r, p in enumerate(proposals)]
+
+
 def accept_greedy_tree_on_device(
     target_logits: torch.Tensor, proposal: Proposal
 ) -> tuple[list[int], int]:
@@ -175,8 +189,12 @@ def accept(
     proposal: Proposal,
     params: SamplingParams,
     generator: torch.Generator | None,
+    answer: list[int] | None = None,
 ) -> tuple[list[int], int]:
-    """Accepted node indices (root to leaf) and the target's next token."""
+    """Accepted node indices (root to leaf) and the target's next token (greedy: from the
+    target's argmax per slot, `answer`, when it was read already)."""
+    if params.greedy and answer is not None:
+        return accept_greedy(answer, proposal)
     if params.greedy and proposal.tree_on_device:
         return accept_greedy_tree_on_device(target_logits, proposal)
     if params.greedy:

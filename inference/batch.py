@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import torch
 
 from ..architectures.defaults import NUM_SPECULATIVE_TOKENS
+from .acceptance import greedy_answers
 from .batch_dynamic import DynamicBatchForward
 from .batch_static import StaticBatchForward
 from .errors import GenerationError
@@ -164,10 +165,13 @@ class BatchGenerator:
             rows = [requests[r] for r in active]
             logits = self._verify(forward, rows, proposals, captured)
             rounds += 1
+            # greedy: every row's answer and drafts in one host read
+            answers = greedy_answers(logits, proposals) if params.greedy else [None] * len(rows)
             kept_rows, kept_slots = [], []
             for i, (request, proposal) in enumerate(zip(rows, proposals, strict=True)):
+                logits_i = logits[i, : len(proposal) + 1]
                 tokens, slots = accept_round(
-                    logits[i, : len(proposal) + 1], proposal, params, generator, request.metrics
+                    logits_i, proposal, params, generator, request.metrics, answers[i]
                 )
                 self._observe(captured, request, i, slots)
                 kept_slots.append(slots)
@@ -206,17 +210,25 @@ class BatchGenerator:
 
     def _verify(self, forward, requests, proposals, captured) -> torch.Tensor:
         """One forward for all rows over [root, nodes...], right-padded to the longest row;
-        logits [R, q, vocab] (the verification time is counted on every row)."""
+        logits [R, q, vocab] (the verification time is counted on every row). Drafts and tree
+        layouts still on the device are laid out there, unread."""
         began = time.perf_counter()
         q = 1 + max(len(p) for p in proposals)
         inputs, depths = [], torch.zeros(len(proposals), q, dtype=torch.long)
         ancestors = torch.eye(q, dtype=torch.bool).repeat(len(proposals), 1, 1)  # padding: itself
+        on_device = []
         for r, (request, proposal) in enumerate(zip(requests, proposals, strict=True)):
             n = len(proposal) + 1
             row = proposal.verification_input(request.context[-1], self.device)
             inputs.append(torch.nn.functional.pad(row, (0, q - n)))
+            if proposal.tree_on_device:
+                on_device.append((r, n, proposal))
+                continue
             depths[r, 1:n] = torch.tensor(proposal.depths, dtype=torch.long)
             ancestors[r, :n, :n] = proposal.ancestor_mask()
+        depths, ancestors = to_device(depths, self.device), to_device(ancestors, self.device)
+        for r, n, proposal in on_device:
+            depths[r, :n], ancestors[r, :n, :n] = proposal.layout(self.device)
         logits = forward.forward(torch.cat(inputs), depths, ancestors, captured)
         seconds = time.perf_counter() - began
         for request in requests:

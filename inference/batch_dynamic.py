@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 
 from .kv_cache import _layers, cache_kwargs
+from .transfer import to_device
 
 
 def _gather(cache, rows: torch.Tensor, slots: torch.Tensor) -> None:
@@ -48,19 +49,19 @@ class DynamicBatchForward:
         all_logits: bool = True,  # False: the last position's only (prefill)
     ) -> torch.Tensor:
         """Logits [R, w, vocab]."""
-        rows, width = input_ids.shape
+        width = input_ids.shape[1]
         self._width = self.cache.get_seq_length()
-        allowed = torch.zeros(rows, width, self._width + width, dtype=torch.bool)
-        for r, length in enumerate(self.lengths):
-            allowed[r, :, :length] = True
-        allowed[:, :, self._width :] = ancestors
-        mask = torch.zeros(allowed.shape, dtype=self.model.dtype)
+        lengths = to_device(self.lengths, self.device)[:, None]
+        past = torch.arange(self._width, device=self.device) < lengths  # [R, width]
+        allowed = torch.cat(
+            [past[:, None].expand(-1, width, -1), ancestors.to(self.device)], dim=-1
+        )
+        mask = torch.zeros(allowed.shape, dtype=self.model.dtype, device=self.device)
         mask.masked_fill_(~allowed, torch.finfo(mask.dtype).min)
-        positions = depths + torch.tensor(self.lengths)[:, None]
         out = self.model(
             input_ids=input_ids,
-            attention_mask=mask[:, None].to(self.device),
-            position_ids=positions.to(self.device),
+            attention_mask=mask[:, None],
+            position_ids=depths.to(self.device) + lengths,
             **cache_kwargs(self.model, self.cache, not all_logits),
         )
         return out.logits

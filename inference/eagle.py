@@ -28,6 +28,7 @@ both are).
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import torch
@@ -65,12 +66,16 @@ class EagleProposer(Proposer):
         self.target_layers = tuple(drafter.layers)
         self.device = drafter.fc.weight.device
         self.dtype = drafter.fc.weight.dtype
-        #: the target id of every draft id, as a tensor and as a list for host-side lookups
+        #: the target id of every draft id (`to_target_list`: the same on the host)
         self.to_target = drafter.to_target_ids(
             torch.arange(drafter.draft_vocab_size, device=self.device)
         )
-        self.to_target_list = self.to_target.tolist()
         self.reset()
+
+    @functools.cached_property
+    def to_target_list(self) -> list[int]:
+        """`to_target` on the host, read on first use (eager drafting's lookups)."""
+        return self.to_target.tolist()
 
     @classmethod
     def from_pretrained(

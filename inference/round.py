@@ -167,13 +167,19 @@ def propose(request: Request, max_tokens: int, params, generator) -> Proposal:
 
 
 def accept_round(
-    logits: torch.Tensor, proposal: Proposal, params, generator, metrics: GenerationMetrics
+    logits: torch.Tensor,
+    proposal: Proposal,
+    params,
+    generator,
+    metrics: GenerationMetrics,
+    answer: list[int] | None = None,
 ) -> tuple[list[int], list[int]]:
-    """Accept along the tree from the target's logits over [root, nodes...]; count the round.
+    """Accept along the tree from the target's logits over [root, nodes...] (greedy: or its
+    argmax per slot, `answer`, read already); count the round.
 
     Returns (committed tokens: the accepted path then the target's own token, the slots of
     the root and the accepted nodes in the verified sequence)."""
-    accepted, next_token = accept(logits, proposal, params, generator)
+    accepted, next_token = accept(logits, proposal, params, generator, answer)
     metrics.num_target_forwards += 1
     metrics.num_accepted_tokens += len(accepted)
     if len(proposal):

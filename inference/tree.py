@@ -109,12 +109,13 @@ class Proposal:
         """Drafted on the device (tokens, or a tree's parents) and not read back yet."""
         return self._tokens is None or self._parents is None
 
-    def read_with(self, values: torch.Tensor) -> list[int]:
-        """Read what is still on the device together with `values` (one host read); `values`
-        as a list."""
+    def on_device(self) -> list[torch.Tensor]:
+        """What is still to be read: the tokens, then a tree's parents, where still there."""
         parts = [self.device_tokens] if self._tokens is None else []
-        parts += [self.device_parents] if self._parents is None else []
-        read = torch.cat([*(p.long() for p in parts), values.long()]).tolist()
+        return parts + ([self.device_parents] if self._parents is None else [])
+
+    def take(self, read: list[int]) -> list[int]:
+        """Take the values of `on_device`, read elsewhere, from the front of `read`; the rest."""
         n = len(self)
         if self._tokens is None:
             self._tokens, read = read[:n], read[n:]
@@ -122,6 +123,11 @@ class Proposal:
             self._set_parents(read[:n])
             read = read[n:]
         return read
+
+    def read_with(self, values: torch.Tensor) -> list[int]:
+        """Read what is still on the device together with `values` (one host read); `values`
+        as a list."""
+        return self.take(torch.cat([*(p.long() for p in self.on_device()), values.long()]).tolist())
 
     def verification_input(self, root: int, device) -> torch.Tensor:
         """[1, n + 1]: the root then the draft tokens, built on the device when drafted there."""

@@ -9,7 +9,7 @@ from draftzoo.inference.batch import BatchGenerator
 from draftzoo.inference.generate import GenerationError
 from draftzoo.inference.proposers import DraftModelProposer, PromptLookupProposer
 from draftzoo.inference.sampling import SamplingParams
-from tests.inference.helpers import PROMPTS, TopKTreeProposer, perturbed_copy
+from tests.inference.helpers import PROMPTS, TopKTreeProposer, count_host_reads, perturbed_copy
 
 
 def factories(model):
@@ -119,3 +119,21 @@ def test_the_static_batch_refuses_what_it_cannot_hold_and_grows_with_the_batch(
     bigger = batch._static
     batch.generate(PROMPTS[1:3], SamplingParams(max_new_tokens=4))  # fewer rows: same buffers
     assert batch._static is bigger
+
+
+@pytest.mark.parametrize("cache", ["dynamic", "static"])
+def test_a_greedy_batched_round_reads_the_host_once(target_and_tokenizer, reference, cache):
+    """Draft LMs on static caches keep their chains on the device; a greedy round reads every
+    row's drafts and the target's argmax together, once (the prefill reads nothing)."""
+    model, tokenizer = target_and_tokenizer
+    noisy = perturbed_copy(model, 0.5)
+
+    def factory():
+        return DraftModelProposer(noisy, static_cache=True, max_cache_length=256)
+
+    batch = batch_generator(model, tokenizer, factory, 3, cache)
+    with count_host_reads() as reads:
+        out = batch.generate(PROMPTS, SamplingParams(max_new_tokens=32))
+    assert [o.token_ids for o in out.outputs] == reference
+    assert sum(o.metrics.num_accepted_tokens for o in out.outputs) > 0
+    assert reads[0] == out.num_rounds

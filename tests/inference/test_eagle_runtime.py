@@ -14,7 +14,12 @@ from draftzoo.inference.errors import GenerationError
 from draftzoo.inference.generate import SpeculativeGenerator
 from draftzoo.inference.sampling import SamplingParams
 from draftzoo.train.eagle import run
-from tests.inference.helpers import PROMPTS, RecordingProposer, assert_reads_per_round
+from tests.inference.helpers import (
+    PROMPTS,
+    RecordingProposer,
+    assert_reads_per_round,
+    count_host_reads,
+)
 from tests.train.helpers import tiny_eagle_recipe, write_chat_jsonl
 
 
@@ -79,7 +84,9 @@ def test_greedy_output_equals_target_only_batch_1_and_4(
         max_cache_length=256,
     )
     static._forward(len(PROMPTS)).use_graphs = True
-    again = static.generate(PROMPTS, params)
+    with count_host_reads() as reads:
+        again = static.generate(PROMPTS, params)
+    assert reads[0] == again.num_rounds  # every row's drafts (and trees) with the answer
     assert [o.token_ids for o in again.outputs] == reference
     assert [o.metrics.num_target_forwards for o in again.outputs] == [
         o.metrics.num_target_forwards for o in out.outputs
