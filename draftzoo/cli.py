@@ -331,10 +331,25 @@ def _eval_config(args: argparse.Namespace):
         raise ConfigError(f"draftzoo eval: {err}") from err
 
 
+def _load_as_configured(folder: Path, target, tokenizer, config):
+    """The drafter loaded as an `EvalConfig` serves it."""
+    from draftzoo.inference.load import load_drafter
+
+    return load_drafter(
+        folder,
+        target,
+        tokenizer,
+        config.proposal,
+        config.num_speculative_tokens,
+        config.tree,
+        config.static_cache,
+    )
+
+
 def _eval(args: argparse.Namespace) -> int:
     from draftzoo.eval.plots import plot_report
     from draftzoo.eval.runner import evaluate, summary_text, write_report
-    from draftzoo.inference.load import load_drafter, load_target, recorded_target, resolve_drafter
+    from draftzoo.inference.load import load_target, recorded_target, resolve_drafter
 
     if args.threads:
         import torch
@@ -355,15 +370,7 @@ def _eval(args: argparse.Namespace) -> int:
     adapts_target = record["family"] == "medusa2"
     if adapts_target:  # the original target's greedy answers, before the adapter is merged
         original = _greedy_answers(target, tokenizer, config)
-    drafter = load_drafter(
-        folder,
-        target,
-        tokenizer,
-        config.proposal,
-        config.num_speculative_tokens,
-        config.tree,
-        config.static_cache,
-    )
+    drafter = _load_as_configured(folder, target, tokenizer, config)
     report = evaluate(target, tokenizer, drafter, config, target_name)
     if adapts_target:
         from draftzoo.eval.target_drift import drift_section, greedy_agreement
@@ -392,7 +399,7 @@ def _certify(args: argparse.Namespace) -> int:
         load_prompts,
         write_report,
     )
-    from draftzoo.inference.load import load_drafter, load_target, recorded_target, resolve_drafter
+    from draftzoo.inference.load import load_target, recorded_target, resolve_drafter
 
     if args.threads:
         import torch
@@ -417,15 +424,7 @@ def _certify(args: argparse.Namespace) -> int:
         raise ConfigError("draftzoo certify: --samples must be >= 1")
     record = read_drafter_record(folder)
     target, tokenizer = load_target(args.target or recorded_target(record))
-    drafter = load_drafter(
-        folder,
-        target,
-        tokenizer,
-        config.proposal,
-        config.num_speculative_tokens,
-        config.tree,
-        config.static_cache,
-    )
+    drafter = _load_as_configured(folder, target, tokenizer, config)
     prompts = load_prompts(config)[1:]
     report["certificate"] = certificate_of(target, tokenizer, drafter, config, prompts)
     report["config"] = asdict(config)

@@ -49,10 +49,7 @@ def accept_greedy(target_argmax: list[int], proposal: Proposal) -> tuple[list[in
 def greedy_answer(target_logits: torch.Tensor, proposal: Proposal) -> list[int]:
     """The target's argmax at every slot, read from the device once: together with the draft
     tokens when those are still there (a round's one host read)."""
-    argmax = target_logits.argmax(-1)
-    if proposal.unread:
-        return proposal.read_with(argmax)
-    return argmax.tolist()
+    return greedy_answers(target_logits[None], [proposal])[0]
 
 
 def greedy_answers(target_logits: torch.Tensor, proposals: list[Proposal]) -> list[list[int]]:

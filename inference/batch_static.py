@@ -20,6 +20,7 @@ import torch
 from .errors import GenerationError
 from .graphs import CapturedCall, use_cuda_graphs
 from .kv_cache import cache_kwargs
+from .static_forward import static_cache_of
 from .transfer import to_device
 
 
@@ -59,18 +60,8 @@ def _row_slot_layer_class():
 
 def row_slot_cache(config, size: int, max_rows: int, slots: RowSlots):
     """A transformers `StaticCache` of `max_rows` rows whose layers write where `slots` says."""
-    from transformers import StaticCache
-
-    cache = StaticCache(config=config, max_cache_len=size)
-    if any(type(layer).__name__ != "StaticLayer" for layer in cache.layers):
-        kinds = sorted({type(layer).__name__ for layer in cache.layers})
-        raise GenerationError(
-            f"the static cache supports full-attention layers only; this model has {kinds} "
-            "(use the dynamic cache)"
-        )
     layer_class = _row_slot_layer_class()
-    cache.layers = [layer_class(size, max_rows, slots) for _ in cache.layers]
-    return cache
+    return static_cache_of(config, size, lambda: layer_class(size, max_rows, slots))
 
 
 @dataclass

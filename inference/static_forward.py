@@ -63,8 +63,9 @@ def _slot_layer_class():
     return SlotLayer
 
 
-def slot_cache(config, size: int, slots: Slots):
-    """A transformers `StaticCache` whose layers write where `slots` says."""
+def static_cache_of(config, size: int, make_layer):
+    """A transformers `StaticCache` of `size` slots whose layers are `make_layer()`'s; models
+    with layers other than full attention are refused."""
     from transformers import StaticCache
 
     cache = StaticCache(config=config, max_cache_len=size)
@@ -74,9 +75,14 @@ def slot_cache(config, size: int, slots: Slots):
             f"the static cache supports full-attention layers only; this model has {kinds} "
             "(use the dynamic cache)"
         )
-    layer_class = _slot_layer_class()
-    cache.layers = [layer_class(size, slots) for _ in cache.layers]
+    cache.layers = [make_layer() for _ in cache.layers]
     return cache
+
+
+def slot_cache(config, size: int, slots: Slots):
+    """A transformers `StaticCache` whose layers write where `slots` says."""
+    layer_class = _slot_layer_class()
+    return static_cache_of(config, size, lambda: layer_class(size, slots))
 
 
 @dataclass
