@@ -1,9 +1,13 @@
 """Virtual environments in which the peers' own code runs as a client of draftzoo's exports.
 
-Each peer pins a transformers release other than ours, so each gets its own venv over this
-interpreter's packages (`--system-site-packages`: torch, safetensors, pydantic are shared; the
-venv's transformers shadows ours). The peer itself is installed without its dependencies (they
-name CUDA-only stacks: sglang, flash-attn, torchaudio) plus the few modules its code imports.
+Each peer pins a transformers release other than ours, so each gets its own venv over the
+running environment's packages: torch, safetensors, pydantic are shared; the venv's
+transformers shadows ours. The running environment may be a plain interpreter, a venv, a conda
+env or a uv env: the peer venv's own `site-packages` holds a `.pth` file that adds the running
+environment's site directories after its own (`--system-site-packages` would add the *base*
+interpreter's instead, which inside a venv has no torch). The peer itself is installed
+without its dependencies (they name CUDA-only stacks: sglang, flash-attn, torchaudio) plus the
+few modules its code imports.
 
     python -m tests.peers.venvs          # build both (what the `peers` tests do on first use)
 
@@ -16,8 +20,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import site
 import subprocess
 import sys
+import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -59,10 +65,43 @@ def peers_dir() -> Path:
     return Path(os.environ.get("DRAFTZOO_PEERS_DIR") or REPO / ".peers")
 
 
+#: the file in a peer venv's site-packages that adds the running environment's packages
+SHARED_PTH = "draftzoo-shared-site.pth"
+
+
+def shared_site_dirs() -> list[str]:
+    """The running environment's site directories, in its own order (user site included
+    when the interpreter uses it)."""
+    dirs = [*site.getsitepackages(), sysconfig.get_paths()["purelib"]]
+    if site.ENABLE_USER_SITE:
+        dirs.append(site.getusersitepackages())
+    return [d for d in dict.fromkeys(dirs) if Path(d).is_dir()]
+
+
 def _stamp(peer: Peer) -> str:
     return json.dumps(
-        {"python": sys.version, "without_deps": peer.without_deps, "with_deps": peer.with_deps}
+        {
+            "python": sys.version,
+            "shared": shared_site_dirs(),
+            "without_deps": peer.without_deps,
+            "with_deps": peer.with_deps,
+        }
     )
+
+
+def _share_running_site(venv: Path) -> None:
+    """Add the running environment's site directories to `venv`, after its own packages.
+
+    `site.addsitedir` also runs their `.pth` files, so editable installs are found too."""
+    python = venv / "bin" / "python"
+    purelib = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    lines = [f"import site; site.addsitedir({d!r})" for d in shared_site_dirs()]
+    (Path(purelib) / SHARED_PTH).write_text("\n".join(lines) + "\n")
 
 
 def _pip(python: Path, *args: str) -> None:
@@ -82,9 +121,8 @@ def venv_python(name: str) -> Path:
         return python
     building = root.with_name(name + ".building")
     shutil.rmtree(building, ignore_errors=True)
-    subprocess.run(
-        [sys.executable, "-m", "venv", "--system-site-packages", str(building)], check=True
-    )
+    subprocess.run([sys.executable, "-m", "venv", str(building)], check=True)
+    _share_running_site(building)
     _pip(building / "bin" / "python", "--no-deps", *peer.without_deps)
     _pip(building / "bin" / "python", *peer.with_deps)
     (building / "draftzoo-peer.json").write_text(_stamp(peer))
