@@ -8,11 +8,25 @@ target's embedding and output matrices copied in.
 
 from __future__ import annotations
 
+import json
+import shutil
 from dataclasses import dataclass
 
 import torch
 
+from .families import FamilySpec
 from .target import TargetError
+
+FAMILY_SPECS = (
+    FamilySpec(
+        name="draft_lm",
+        display_name="draft LM",
+        recipe="draftzoo.train.draft_lm:DraftLMRecipe",
+        runtime="draftzoo.inference.draft_lm:load_runtime",
+        exporters={"hf": "draftzoo.architectures.draft_lm:export_hf"},
+        tests=("tests/train/test_draft_lm.py", "tests/inference/test_runtime.py"),
+    ),
+)
 
 
 @dataclass(frozen=True)
@@ -91,3 +105,10 @@ def build_draft_lm(config: DraftLMConfig, target_model) -> torch.nn.Module:
                 head = target_model.get_output_embeddings().weight
                 model.get_output_embeddings().weight.copy_(head.float())
     return model
+
+
+def export_hf(export) -> None:
+    """The draft LM as the plain transformers checkpoint it is (the family's `hf` export)."""
+    config = {**export.config, "draftzoo": {"family": export.record["family"]}}
+    (export.folder / "config.json").write_text(json.dumps(config))
+    shutil.copy2(export.source / "model.safetensors", export.folder / "model.safetensors")

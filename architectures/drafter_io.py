@@ -23,8 +23,6 @@ WEIGHTS_FILE = "model.safetensors"
 RECORD_VERSION = 1
 #: the files that define a drafter; its checkpoint hash covers exactly these
 DEFINING_FILES = ("config.json", "model.safetensors", RECORD_FILE)
-#: families that also ship the target's LoRA adapter (`lora_adapter.ADAPTER_DIR`)
-ADAPTER_FAMILIES = ("medusa2",)
 
 
 class DrafterError(DraftzooError, ValueError):
@@ -144,9 +142,12 @@ def read_drafter_record(path: Path) -> dict[str, Any]:
         raise DrafterError(f"{file} is not valid JSON: {err}") from err
 
 
-def check_drafter_target(path: Path, target: TargetFingerprint) -> dict[str, Any]:
-    """The drafter's record, after refusing a target it was not built for."""
-    record = read_drafter_record(path)
+def check_drafter_target(
+    path: Path, target: TargetFingerprint, record: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The drafter's record (read from `path` unless given), after refusing a target it was
+    not built for."""
+    record = read_drafter_record(path) if record is None else record
     TargetFingerprint.from_dict(record["target"]).require_match(target, what=f"drafter {path}")
     return record
 
@@ -154,9 +155,10 @@ def check_drafter_target(path: Path, target: TargetFingerprint) -> dict[str, Any
 def defining_files(path: Path) -> tuple[str, ...]:
     """The files (relative paths) that define the drafter in `path`: `DEFINING_FILES`, and
     the adapter's files for a family that ships one."""
+    from .families import family_spec
     from .lora_adapter import ADAPTER_DIR, ADAPTER_FILES
 
-    if read_drafter_record(path)["family"] in ADAPTER_FAMILIES:
+    if family_spec(read_drafter_record(path)["family"]).adapts_target:
         return (*DEFINING_FILES, *(f"{ADAPTER_DIR}/{name}" for name in ADAPTER_FILES))
     return DEFINING_FILES
 

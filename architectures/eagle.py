@@ -26,12 +26,49 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .families import FamilySpec
 from .target import TargetError
 
 KINDS = ("eagle1", "eagle3")
 TOKEN_LOSSES = ("ce", "tvd")
 #: the `architectures` name in draftzoo's own config.json (engine formats come from exporters)
 ARCHITECTURES = {"eagle1": "DraftzooEagle1", "eagle3": "DraftzooEagle3"}
+_EAGLE = {
+    "recipe": "draftzoo.train.eagle:EagleRecipe",
+    "runtime": "draftzoo.inference.eagle:load_runtime",
+    "recipes_dir": "",
+    "drafts_trees": True,
+    "teacher_forced": True,
+}
+FAMILY_SPECS = (
+    FamilySpec(
+        name="eagle1",
+        display_name="EAGLE-1",
+        exporters={"vllm": "draftzoo.architectures.eagle_export:export_eagle1"},
+        tests=(
+            "tests/architectures/test_eagle.py",
+            "tests/train/test_eagle.py",
+            "tests/inference/test_eagle_runtime.py",
+        ),
+        **_EAGLE,
+    ),
+    FamilySpec(
+        name="eagle3",
+        display_name="EAGLE-3",
+        exporters={
+            fmt: "draftzoo.architectures.eagle_export:export_eagle3"
+            for fmt in ("vllm", "sglang", "speculators")
+        },
+        tests=(
+            "tests/architectures/test_eagle.py",
+            "tests/train/test_eagle.py",
+            "tests/inference/test_eagle_runtime.py",
+            "tests/peers/test_peers.py",
+        ),
+        export_embedding=True,
+        **_EAGLE,
+    ),
+)
 
 
 @dataclass(frozen=True)
@@ -337,6 +374,13 @@ class EagleDrafter(nn.Module):
             return self.target_lm_head(hidden.to(self.target_lm_head.weight.dtype))
         return self.lm_head(self.norm(hidden))
 
+    def proposable_ids(self) -> torch.Tensor:
+        """[vocab] bool: the target ids the drafter can propose (EAGLE-3: its draft
+        vocabulary; EAGLE-1: every id)."""
+        if self.kind == "eagle3":
+            return self.t2d.bool()
+        return torch.ones(self.fields["vocab_size"], dtype=torch.bool, device=self.fc.weight.device)
+
     def to_target_ids(self, draft_ids: torch.Tensor) -> torch.Tensor:
         """Draft-vocabulary ids -> target ids."""
         if self.kind == "eagle1":
@@ -503,7 +547,9 @@ def init_draft_head(drafter: EagleDrafter, target) -> None:
         drafter.norm.weight.copy_(norm_weight.to(drafter.norm.weight))
 
 
-def load_eagle(path: Path, target, dtype: torch.dtype = torch.float32) -> EagleDrafter:
+def load_eagle(
+    path: Path, target, dtype: torch.dtype = torch.float32, record: dict | None = None
+) -> EagleDrafter:
     """A saved EAGLE drafter, checked against `target` (a `TargetAdapter`) and attached to it.
 
     Refuses another target (fingerprint), missing layers, and any missing or unexpected weight.
@@ -511,7 +557,7 @@ def load_eagle(path: Path, target, dtype: torch.dtype = torch.float32) -> EagleD
     from .drafter_io import DrafterError, check_drafter_target, read_drafter_weights
 
     path = Path(path)
-    record = check_drafter_target(path, target.fingerprint())
+    record = check_drafter_target(path, target.fingerprint(), record)
     if record["family"] not in KINDS:
         raise DrafterError(f"{path} holds a {record['family']!r} drafter, not an EAGLE one")
     fields = json.loads((path / "config.json").read_text())

@@ -61,16 +61,6 @@ from .errors import ExportError
 
 #: formats that carry the target's input embedding unless told otherwise
 EMBEDDING_BY_DEFAULT = ("speculators",)
-FORMATS = {
-    "eagle3": ("vllm", "sglang", "speculators"),
-    "eagle1": ("vllm",),
-    "draft_lm": ("hf",),
-    "medusa1": ("vllm", "medusa"),
-    "medusa2": ("vllm", "medusa"),
-    "mtp": ("vllm",),
-}
-#: the Medusa reference code's weights file
-MEDUSA_HEADS_FILE = "medusa_lm_head.safetensors"
 TOKENIZER_FILES = (
     "tokenizer.json",
     "tokenizer_config.json",
@@ -80,7 +70,7 @@ TOKENIZER_FILES = (
 )
 
 
-def _llama_fields(config: dict[str, Any]) -> dict[str, Any]:
+def llama_fields(config: dict[str, Any]) -> dict[str, Any]:
     """The transformers LlamaConfig fields of a drafter's decoder layer."""
     rope = config.get("rope_parameters") or {}
     return {
@@ -165,146 +155,59 @@ def verifier_reference(target: str) -> str:
     return str(folder.resolve()) if folder.is_dir() else location
 
 
-def _eagle3(config, record, tensors, fmt: str, verifier: str, speculative_tokens: int):
-    layers = list(record["hidden_state_layers"])
-    num_layers = record["target"]["num_layers"]
-    if fmt == "speculators" and len(set(layers)) != len(layers):
-        raise ExportError(
-            f"speculators loads only distinct hidden-state layer ids; this drafter reads "
-            f"{layers} (export it to vllm or sglang)"
-        )
-    eagle = {
-        "draft_vocab_size": config["draft_vocab_size"],
-        "target_hidden_size": config["target_hidden_size"],
-        "norm_before_residual": False,  # the residual is the fused state before hidden_norm
-    }
-    weights = dict(tensors)
-    weights["d2t"] = weights["d2t"].to(torch.int64)
-    weights["t2d"] = weights["t2d"].to(torch.bool)
-    if fmt == "speculators":
-        weights = {k.replace("midlayer.", "layers.0.", 1): v for k, v in weights.items()}
-        out = {
-            "architectures": ["Eagle3Speculator"],
-            "speculators_model_type": "eagle3",
-            "transformer_layer_config": _llama_fields(config),
-            **eagle,
-            # draftzoo's layer: no norm on the fused states (norm_before_fc, fc_norm), and the
-            # pre-norm state carried from one step to the next (norm_output)
-            "norm_before_fc": False,
-            "fc_norm": False,
-            "norm_output": False,
-            "eagle_aux_hidden_state_layer_ids": vllm_layer_ids(layers, num_layers),
-            "speculators_config": {
-                "algorithm": "eagle3",
-                "proposal_methods": [
-                    {
-                        "proposal_type": "greedy",
-                        "speculative_tokens": speculative_tokens,
-                        "verifier_accept_k": 1,
-                        "accept_tolerance": 0.0,
-                    }
-                ],
-                "default_proposal_method": "greedy",
-                "verifier": {
-                    "name_or_path": verifier,
-                    "architectures": [record["target"]["architecture"]],
-                },
-            },
-        }
-        return out, weights
-    out = {**_llama_fields(config), "architectures": ["LlamaForCausalLMEagle3"], **eagle}
-    if fmt == "vllm":
-        out["eagle_aux_hidden_state_layer_ids"] = vllm_layer_ids(layers, num_layers)
-    else:
-        out["eagle_config"] = {
-            "eagle_aux_hidden_state_layer_ids": sglang_layer_ids(layers, num_layers),
-            "use_aux_hidden_state": True,
-        }
-    return out, weights
-
-
-def _eagle1(config, tensors):
-    if "fc.bias" in tensors:
-        raise ExportError(
-            "this EAGLE-1 drafter has a bias on fc; vLLM's EAGLE-1 layer has none and would "
-            "drop it silently. Retrain with `eagle.fc_bias: false` (the default)."
-        )
-    weights = {k.replace("midlayer.", "layers.0.", 1): v for k, v in tensors.items()}
-    out = {**_llama_fields(config), "architectures": ["EagleLlamaForCausalLM"]}
-    return out, weights
-
-
-def _medusa(config, tensors):
-    """vLLM's `MedusaModel`: its parameter names are the heads' own; the config keys are
-    exactly those vLLM's MedusaConfig reads."""
-    out = {
-        "architectures": ["MedusaModel"],
-        "model_type": "medusa",
-        "hidden_size": config["hidden_size"],
-        "vocab_size": config["vocab_size"],
-        "truncated_vocab_size": config["vocab_size"],
-        "num_heads": config["medusa_num_heads"],
-        "num_hidden_layers": config["medusa_num_layers"],
-        "medusa_fc_bias": "blocks.0.layers.0.bias" in tensors,
-    }
-    return out, dict(tensors)
-
-
-def _medusa_reference(config, tensors, base_model: str):
-    """The Medusa reference layout: head h is `Sequential(ResBlock * L, Linear(h, V))`, so its
-    block is `{h}.{l}.linear.*` and its projection `{h}.{L}.weight`; config keys as Medusa's
-    `MedusaConfig` (and TGI) read them."""
-    layers = config["medusa_num_layers"]
-    if layers != 1:
-        raise ExportError(
-            f"the Medusa reference layout repeats one residual block per head, so it holds "
-            f"heads of 1 layer; these have {layers} (export them to vllm)"
-        )
-    weights = {}
-    for head in range(config["medusa_num_heads"]):
-        for part in ("weight", "bias"):
-            key = f"blocks.{head}.layers.0.{part}"
-            if key in tensors:
-                weights[f"{head}.0.linear.{part}"] = tensors[key]
-        weights[f"{head}.1.weight"] = tensors[f"lm_heads.{head}.weight"]
-    out = {
-        "medusa_num_heads": config["medusa_num_heads"],
-        "medusa_num_layers": layers,
-        "base_model_name_or_path": base_model,
-        "hidden_size": config["hidden_size"],
-        "vocab_size": config["vocab_size"],
-    }
-    return out, weights
-
-
-def _merged_target(folder: Path, base_model: str, output: Path) -> None:
-    """Medusa-2: the base target with the drafter's adapter merged, saved to `output`."""
-    from transformers import AutoTokenizer
-
-    from .defaults import target_location
-    from .lora_adapter import adapter_dir, merge_adapter
-    from .safe_load import load_causal_lm
-
-    location = target_location(base_model)
-    base = load_causal_lm(location, dtype="auto")
-    merged = merge_adapter(base, adapter_dir(folder))
-    merged.save_pretrained(output)
-    AutoTokenizer.from_pretrained(location).save_pretrained(output)
-
-
 def _recorded(record: dict[str, Any]) -> str:
     """The target path the drafter's recipe names."""
     return str(record.get("recipe", {}).get("target", {}).get("path", ""))
 
 
 @dataclass(frozen=True)
-class ExportJob:
-    """What one export writes besides the drafter's own tensors."""
+class Export:
+    """One export in progress: the drafter, the empty folder it fills, and what it writes
+    besides the drafter's own tensors. A family's exporter (its `FamilySpec.exporters`) is
+    called with it."""
 
+    source: Path  # the drafter folder
+    folder: Path  # the empty folder the export fills (renamed into place when complete)
+    record: dict[str, Any]  # the drafter's draftzoo.json
+    config: dict[str, Any]  # the drafter's config.json
+    fmt: str  # the format asked for
+    target_config: Any  # the target's transformers config to check against, or None
     target: str  # where the target is: the recipe's, or the one the user names
     verifier: str  # the target as formats that name it record it
     speculative_tokens: int
-    embed_tokens: bool  # write the target's input embedding (EAGLE-3)
+    embed_tokens: bool  # write the target's input embedding
+
+    def tensors(self) -> dict[str, torch.Tensor]:
+        """The drafter's weights."""
+        return read_drafter_weights(self.source)
+
+    def target_location(self) -> str:
+        """Where the target's files are (a local folder, or its hub cache)."""
+        from .defaults import target_location
+
+        return target_location(self.target)
+
+    def check_positions(self) -> None:
+        """Refuse a target whose positions or width the drafter does not match."""
+        _check_positions(self.config, self.target_config)
+
+    def write_checkpoint(
+        self, out: dict[str, Any], weights: dict[str, torch.Tensor], file: str = "model.safetensors"
+    ) -> None:
+        """Write `out` as config.json (with its dtype and draftzoo's note) and `weights`."""
+        from safetensors.torch import save_file
+
+        out["torch_dtype"] = _dtype_name(weights)
+        out["draftzoo"] = {
+            "family": self.record["family"],
+            "hidden_state_layers_hf": self.record["hidden_state_layers"],
+        }
+        if self.embed_tokens:
+            weights["embed_tokens.weight"] = _target_embedding(self.target_location(), self.config)
+            out["draftzoo"]["embed_tokens_from"] = verifier_reference(self.target)
+        (self.folder / "config.json").write_text(json.dumps(out, indent=1))
+        weights = {k: v.contiguous() for k, v in weights.items()}
+        save_file(weights, str(self.folder / file), metadata={"format": "pt"})
 
 
 def export_drafter(
@@ -322,82 +225,100 @@ def export_drafter(
     `target_config`: the target's transformers config, to check positions and hidden size
     against (skipped when None). `target`: where the target is (default: the recipe's).
     `verifier`: what formats that name the target record (default: `verifier_reference`).
-    `embed_tokens`: write the target's input embedding into an EAGLE-3 export (default:
-    where the peer's own exporter does, `EMBEDDING_BY_DEFAULT`).
+    `embed_tokens`: write the target's input embedding into an export of a family that can
+    carry it (default: where the peer's own exporter does, `EMBEDDING_BY_DEFAULT`).
     """
+    from .families import family_spec
 
     path, output_dir = Path(path), output_path(output_dir)
     check_replaceable(output_dir)  # before any work
     record = read_drafter_record(path)
-    family = record["family"]
-    if fmt not in FORMATS.get(family, ()):
-        known = ", ".join(FORMATS.get(family, ())) or "none"
-        raise ExportError(f"a {family} drafter exports to: {known} (asked for {fmt!r})")
-    if embed_tokens and family != "eagle3":
-        raise ExportError(f"only EAGLE-3 exports carry the target's embedding, not {family}")
+    spec = family_spec(record["family"])
+    exporter = spec.exporter(fmt)
+    if embed_tokens and not spec.export_embedding:
+        carriers = ", ".join(s.display_name for s in _embedding_families())
+        raise ExportError(
+            f"only {carriers} exports carry the target's embedding, not {spec.display_name}"
+        )
     target = target or _recorded(record)
-    job = ExportJob(
-        target=target,
-        verifier=verifier or (verifier_reference(target) if target else ""),
-        speculative_tokens=speculative_tokens,
-        embed_tokens=family == "eagle3"
-        and (fmt in EMBEDDING_BY_DEFAULT if embed_tokens is None else embed_tokens),
+    embed = spec.export_embedding and (
+        fmt in EMBEDDING_BY_DEFAULT if embed_tokens is None else embed_tokens
     )
+    if not target and (spec.export_needs_target or embed):
+        raise ExportError(f"{path}: the drafter's record names no target; name it (--target)")
     tmp = output_dir.with_name(output_dir.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
+    export = Export(
+        source=path,
+        folder=tmp,
+        record=record,
+        config=json.loads((path / "config.json").read_text()),
+        fmt=fmt,
+        target_config=target_config,
+        target=target,
+        verifier=verifier or (verifier_reference(target) if target else ""),
+        speculative_tokens=speculative_tokens,
+        embed_tokens=embed,
+    )
     try:
-        _fill(path, tmp, record, fmt, target_config, job)
+        for name in TOKENIZER_FILES:
+            if (path / name).is_file():
+                shutil.copy2(path / name, tmp / name)
+        exporter(export)
+        _check_marked(tmp, spec.name, fmt)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)  # a refused or failed export leaves nothing
         raise
     return replace_dir(tmp, output_dir)
 
 
-def _fill(path, tmp, record, fmt, target_config, job: ExportJob) -> None:
-    """Write the export of drafter `path` into the empty folder `tmp`."""
-    from safetensors.torch import save_file
+def export_for_target(
+    drafter: str | Path,
+    output_dir: Path,
+    fmt: str,
+    target: str | None = None,
+    check_target: bool = True,
+    **options: Any,
+) -> Path:
+    """`export_drafter` for a drafter folder or zoo name and a target by folder or hub name
+    (default: the one its recipe names), whose config it is checked against unless
+    `check_target` is False. `options`: `export_drafter`'s verifier, speculative_tokens,
+    embed_tokens."""
+    from .zoo_index import resolve_drafter
 
-    from .defaults import target_location
+    folder, _ = resolve_drafter(drafter)
+    target = target or _recorded(read_drafter_record(folder))
+    target_config = None
+    if check_target:
+        if not target:
+            raise ExportError(f"{folder}: the drafter's record names no target; name it (--target)")
+        from transformers import AutoConfig
 
-    family = record["family"]
-    if not job.target and (family in ("mtp", "medusa2") or job.embed_tokens):
-        raise ExportError(f"{path}: the drafter's record names no target; name it (--target)")
-    config = json.loads((path / "config.json").read_text())
-    for name in TOKENIZER_FILES:
-        if (path / name).is_file():
-            shutil.copy2(path / name, tmp / name)
-    if family == "mtp":
-        from .mtp_export import export_mtp
+        from .defaults import target_location
 
-        export_mtp(path, tmp, Path(target_location(job.target)), read_drafter_weights(path))
-        return
-    if family == "draft_lm":
-        (tmp / "config.json").write_text(json.dumps({**config, "draftzoo": {"family": family}}))
-        shutil.copy2(path / "model.safetensors", tmp / "model.safetensors")
-        return
+        target_config = AutoConfig.from_pretrained(target_location(target))
+    return export_drafter(folder, output_dir, fmt, target_config, target=target, **options)
 
-    _check_positions(config, target_config)
-    tensors = read_drafter_weights(path)
-    if family == "eagle3":
-        out, weights = _eagle3(config, record, tensors, fmt, job.verifier, job.speculative_tokens)
-    elif family in ("medusa1", "medusa2") and fmt == "medusa":
-        out, weights = _medusa_reference(config, tensors, job.verifier)
-    elif family in ("medusa1", "medusa2"):
-        out, weights = _medusa(config, tensors)
-    else:
-        out, weights = _eagle1(config, tensors)
-    out["torch_dtype"] = _dtype_name(tensors)
-    out["draftzoo"] = {"family": family, "hidden_state_layers_hf": record["hidden_state_layers"]}
-    if job.embed_tokens:
-        weights["embed_tokens.weight"] = _target_embedding(target_location(job.target), config)
-        out["draftzoo"]["embed_tokens_from"] = verifier_reference(job.target)
-    (tmp / "config.json").write_text(json.dumps(out, indent=1))
-    weights = {k: v.contiguous() for k, v in weights.items()}
-    weights_file = MEDUSA_HEADS_FILE if fmt == "medusa" else "model.safetensors"
-    save_file(weights, str(tmp / weights_file), metadata={"format": "pt"})
-    if family == "medusa2":
-        _merged_target(path, job.target, tmp / "target")
+
+def _check_marked(folder: Path, family: str, fmt: str) -> None:
+    """Every export carries a `draftzoo` entry in its config.json, which is how a later export
+    knows the folder is one it may replace (`check_replaceable`)."""
+    try:
+        config = json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError):
+        config = None
+    if not (isinstance(config, dict) and "draftzoo" in config):
+        raise ExportError(
+            f"the {family} exporter for {fmt!r} wrote no config.json with a 'draftzoo' entry, "
+            "so the folder could not be recognised as draftzoo's later"
+        )
+
+
+def _embedding_families():
+    from .families import family_specs
+
+    return [spec for spec in family_specs().values() if spec.export_embedding]
 
 
 def _target_embedding(location: str, config: dict[str, Any]) -> torch.Tensor:
@@ -426,6 +347,13 @@ def describe_export(folder: Path) -> list[str]:
     source = config.get("draftzoo", {}).get("embed_tokens_from")
     if source:
         lines.append(f"embed_tokens: the target's input embedding, from {source}")
-    elif config.get("draftzoo", {}).get("family") == "eagle3":
+    elif _family_exports_embedding(config.get("draftzoo", {}).get("family")):
         lines.append("embed_tokens: not written (the loader takes the target's)")
     return lines
+
+
+def _family_exports_embedding(family: str | None) -> bool:
+    from .families import family_specs
+
+    spec = family_specs().get(family or "")
+    return spec is not None and spec.export_embedding

@@ -20,10 +20,41 @@ import torch
 from torch import nn
 
 from .drafter_io import DrafterError
+from .families import FamilySpec
 from .target import TargetError
 
 #: Medusa-1: heads on the frozen target; Medusa-2: heads trained with a LoRA on the target
 FAMILIES = ("medusa1", "medusa2")
+_MEDUSA = {
+    "runtime": "draftzoo.inference.medusa:load_runtime",
+    "exporters": {
+        "vllm": "draftzoo.architectures.medusa_export:export_vllm",
+        "medusa": "draftzoo.architectures.medusa_export:export_reference",
+    },
+    "drafts_trees": True,
+}
+FAMILY_SPECS = (
+    FamilySpec(
+        name="medusa1",
+        display_name="Medusa-1",
+        recipe="draftzoo.train.medusa:MedusaRecipe",
+        tests=(
+            "tests/architectures/test_medusa.py",
+            "tests/train/test_medusa.py",
+            "tests/inference/test_medusa_runtime.py",
+        ),
+        **_MEDUSA,
+    ),
+    FamilySpec(
+        name="medusa2",
+        display_name="Medusa-2",
+        recipe="draftzoo.train.medusa2:Medusa2Recipe",
+        tests=("tests/train/test_medusa2.py", "tests/inference/test_medusa2_runtime.py"),
+        adapts_target=True,
+        export_needs_target=True,
+        **_MEDUSA,
+    ),
+)
 
 
 @dataclass(frozen=True)
@@ -133,13 +164,15 @@ def medusa_head_count(path: Path) -> int:
         raise DrafterError(f"{path}/config.json does not describe Medusa heads: {err}") from err
 
 
-def load_medusa(path: Path, target, dtype: torch.dtype = torch.float32) -> MedusaHeads:
+def load_medusa(
+    path: Path, target, dtype: torch.dtype = torch.float32, record: dict | None = None
+) -> MedusaHeads:
     """Saved heads, checked against `target` (a `TargetAdapter`): fingerprint, and every weight
     present and expected."""
     from .drafter_io import check_drafter_target, read_drafter_weights
 
     path = Path(path)
-    record = check_drafter_target(path, target.fingerprint())
+    record = check_drafter_target(path, target.fingerprint(), record)
     if record["family"] not in FAMILIES:
         raise DrafterError(f"{path} holds a {record['family']!r} drafter, not Medusa heads")
     fields = json.loads((path / "config.json").read_text())

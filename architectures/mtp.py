@@ -26,9 +26,25 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from .families import FamilySpec
 from .target import TargetError
 
 FAMILY = "mtp"
+FAMILY_SPECS = (
+    FamilySpec(
+        name=FAMILY,
+        display_name="MTP",
+        recipe="draftzoo.train.mtp:MtpRecipe",
+        runtime="draftzoo.inference.mtp:load_runtime",
+        exporters={"vllm": "draftzoo.architectures.mtp_export:export_vllm"},
+        tests=(
+            "tests/architectures/test_mtp_native.py",
+            "tests/train/test_mtp.py",
+            "tests/inference/test_mtp_runtime.py",
+        ),
+        export_needs_target=True,
+    ),
+)
 ARCHITECTURE = "DraftzooMtp"
 INIT_FROM = ("scratch", "native")
 LOSSES = ("ce", "distill")
@@ -224,12 +240,14 @@ def build_mtp(config: MtpConfig, target) -> MtpDrafter:
     return drafter
 
 
-def load_mtp(path: Path, target, dtype: torch.dtype = torch.float32) -> MtpDrafter:
+def load_mtp(
+    path: Path, target, dtype: torch.dtype = torch.float32, record: dict | None = None
+) -> MtpDrafter:
     """A saved MTP drafter, checked against `target` (a `TargetAdapter`) and attached to it."""
     from .drafter_io import DrafterError, check_drafter_target, read_drafter_weights
 
     path = Path(path)
-    record = check_drafter_target(path, target.fingerprint())
+    record = check_drafter_target(path, target.fingerprint(), record)
     if record["family"] != FAMILY:
         raise DrafterError(f"{path} holds a {record['family']!r} drafter, not an MTP one")
     fields = json.loads((path / "config.json").read_text())

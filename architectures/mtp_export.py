@@ -22,6 +22,7 @@ from pathlib import Path
 
 from .checkpoint_files import INDEX_FILE, checkpoint_files
 from .errors import ExportError
+from .export import Export
 from .mtp_native import to_deepseek_layout
 
 #: target model types whose vLLM model reads `model.layers.{N+k}` MTP modules
@@ -37,6 +38,11 @@ def check_servable(model_type: str) -> None:
             f"({', '.join(VLLM_MTP_TARGETS)}); this drafter's target is {model_type!r}, whose "
             "MTP modules no engine loads: serve them with draftzoo's runtime (draftzoo.load)"
         )
+
+
+def export_vllm(export: Export) -> None:
+    """MTP modules -> the target's checkpoint plus the modules (the family's exporter)."""
+    export_mtp(export.source, export.folder, Path(export.target_location()), export.tensors())
 
 
 def export_mtp(drafter_dir: Path, out: Path, target_dir: Path, tensors: dict) -> None:

@@ -115,3 +115,21 @@ def find_in_zoos(name: str, zoos: list[Path] | None = None) -> tuple[Path, dict[
     hint = f"; did you mean: {', '.join(near)}?" if near else ""
     searched = ", ".join(str(z) for z in zoos)
     raise ZooError(f"no drafter named {name!r} in the zoo ({searched}){hint}")
+
+
+def resolve_drafter(name_or_path: str | Path, zoos: list[Path] | None = None):
+    """(folder, zoo entry or None): a drafter folder as given, else a name in the zoo."""
+    path = Path(name_or_path)
+    if path.is_dir():
+        return path, None
+    return find_in_zoos(str(name_or_path), zoos)
+
+
+def entry_line(name: str, entry: dict[str, Any]) -> str:
+    """One zoo entry as `draftzoo zoo list` shows it: family, target, numbers, certificate."""
+    metrics = "; ".join(
+        f"{key} tau {m['tau']:.2f} speedup {m['speedup']:.2f}x"
+        for key, m in entry["metrics"].items()
+    )
+    certified = "certified" if (entry.get("certificate") or {}).get("passed") else "-"
+    return f"  {name:28} {entry['family']:9} {entry['base_model']:20} {metrics}; {certified}"

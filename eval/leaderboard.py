@@ -27,17 +27,17 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..architectures.config_io import ConfigError
 from ..architectures.drafter_io import read_drafter_record
+from ..architectures.families import display_name
 from ..architectures.zoo_index import ZooIndex
 from ..inference.load import PROMPT_LOOKUP
 from .certificate import headline as certificate_headline
-from .model_card import FAMILY_NAMES as DRAFTER_FAMILY_NAMES
 
 LEADERBOARD_FILE = "LEADERBOARD.md"
 PLOT_FILE = "leaderboard.png"
-#: the drafter families' names, and the reference methods'
-FAMILY_NAMES = {
-    **DRAFTER_FAMILY_NAMES,
+#: the reference methods' names (the families' come from the registry)
+REFERENCE_NAMES = {
     PROMPT_LOOKUP: "prompt lookup",
     "target_only": "target-only",
     "transformers_assisted": "transformers assisted",
@@ -312,7 +312,7 @@ def table(rows: list[Row]) -> list[str]:
         memory = "-" if row.drafter_bytes is None else f"{row.drafter_bytes / 2**20:.1f}"
         lines.append(
             f"| {'ref' if row.reference else rank} | {name} | "
-            f"{FAMILY_NAMES.get(row.family, row.family)} | {row.proposal} | "
+            f"{_shown_family(row.family)} | {row.proposal} | "
             f"{_millions(row.parameters)} | {_tokens(row)} | {seconds} | "
             f"{_cell(row, 'T=0')} | {_efficiency(row)} | {_cell(row, 'T=1')} | "
             f"{_draft_verify(row)} | {memory} | {_identity(row)} | {_certificate_cell(row)} |"
@@ -428,7 +428,7 @@ def families_block(rows: list[Row], zoo_prefix: str = "recipes/zoo/") -> str:
                 training += f", {row.train_seconds / 60:.0f} min"
             t0, t1 = (_cell(row, key).replace(" | ", " / ") for key in ("T=0", "T=1"))
             lines.append(
-                f"| {FAMILY_NAMES.get(row.family, row.family)} | "
+                f"| {_shown_family(row.family)} | "
                 f"[`{row.name}`]({zoo_prefix}{row.card}) | {row.proposal} | {training} | {t0} | "
                 f"{t1} | {_certificate_cell(row)} | {number} |"
             )
@@ -445,3 +445,42 @@ def replace_block(text: str, block: str) -> str:
     if start < 0 or end < start:
         raise ValueError(f"no generated block ({README_START} ... {README_END}) to replace")
     return text[:start] + block + text[end + len(README_END) :]
+
+
+def _shown_family(family: str) -> str:
+    """A row's family or reference method as people read it."""
+    return REFERENCE_NAMES.get(family) or display_name(family)
+
+
+def collect_rows(
+    zoos: list[Path],
+    reports: list[Path],
+    references: Path | None = None,
+    target: str | None = None,
+) -> list[Row]:
+    """The rows of every drafter in `zoos`, every eval report in `reports` and the reference
+    rows, only those measured on `target` when it is given; none at all is an error."""
+    rows = [row for zoo in zoos for row in rows_from_zoo(zoo, target)]
+    for path in reports:
+        report = json.loads(path.read_text()) if path.is_file() else None
+        if report is None or "results" not in report:
+            raise ConfigError(f"--report {path}: not an eval report")
+        if target and report["target"]["name"] != target:
+            continue
+        folder = Path(report["checkpoint"]["path"])
+        rows.append(row_from_report(report, folder.name, folder if folder.is_dir() else None))
+    if references:
+        rows += rows_from_references(references)
+    if not rows:
+        raise ConfigError("no drafters to rank: name a --zoo with entries or a --report")
+    return rows
+
+
+def update_readme(readme: Path, rows: list[Row]) -> None:
+    """Rewrite the generated families table in `readme` from `rows`."""
+    text = readme.read_text()
+    try:
+        updated = replace_block(text, families_block(rows))
+    except ValueError as err:
+        raise ConfigError(f"--readme {readme}: {err}") from err
+    readme.write_text(updated)

@@ -12,17 +12,9 @@ from typing import Any
 
 import yaml
 
+from ..architectures.families import display_name
 from .certificate import describe
 from .runner import batch_one_breakdown, teacher_forced_breakdown
-
-FAMILY_NAMES = {
-    "draft_lm": "draft LM",
-    "eagle1": "EAGLE-1",
-    "eagle3": "EAGLE-3",
-    "medusa1": "Medusa-1",
-    "medusa2": "Medusa-2",
-    "mtp": "MTP",
-}
 
 
 def _article(noun: str) -> str:
@@ -150,7 +142,7 @@ def render_card(
         _front_matter(name, report, family),
         f"# {name}",
         "",
-        f"{_article(FAMILY_NAMES.get(family, family))} drafter for "
+        f"{_article(display_name(family))} drafter for "
         f"**{report['target']['name']}**, trained and measured by draftzoo. " + _guarantee(report),
         "",
         *_use_section(name, report),

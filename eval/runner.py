@@ -32,9 +32,10 @@ from typing import Any
 
 import torch
 
+from ..architectures.config_io import ConfigError
 from ..architectures.defaults import MAX_NEW_TOKENS, NUM_SPECULATIVE_TOKENS
 from ..architectures.drafter_io import checkpoint_hash
-from ..architectures.eagle import KINDS as EAGLE_KINDS
+from ..architectures.families import family_spec, family_specs
 from ..architectures.target import TargetAdapter
 from ..data.prompts import Prompt, load_prompt_set
 from ..inference.batch import BatchGenerator
@@ -60,12 +61,12 @@ class EvalConfig:
     temperatures: tuple[float, ...] = (0.0, 1.0)
     batch_sizes: tuple[int, ...] = (1,)
     repeats: int = 1  # full reruns, for the speedup's spread
-    proposal: str = "chain"  # "chain" or "tree" (EAGLE drafters)
+    proposal: str = "chain"  # "chain" or "tree" (families that draft trees)
     num_speculative_tokens: int = NUM_SPECULATIVE_TOKENS  # chain length (trees use tree_depth)
-    tree_top_k: int = 10
-    tree_depth: int = 6
-    tree_tokens: int = 60
-    tree_sampled_children: int = 3  # T > 0 trees: children drawn per expanded node
+    tree_top_k: int = TreeSettings.top_k  # the tree budget's defaults are `TreeSettings`'
+    tree_depth: int = TreeSettings.depth
+    tree_tokens: int = TreeSettings.total_tokens
+    tree_sampled_children: int = TreeSettings.sampled_children  # T > 0: children per node
     #: "exact" (lossless) or "typical" (Medusa's typical acceptance: LOSSY at T > 0); the
     #: target-only baseline always samples exactly
     acceptance: str = "exact"
@@ -424,6 +425,16 @@ def _spread(values: list[float]) -> dict[str, float]:
     }
 
 
+def check_teacher_forced(config: EvalConfig, family: str, folder) -> None:
+    """Refuse teacher-forced scores for a family that has none (said before anything loads)."""
+    if config.teacher_forced and not family_spec(family).teacher_forced:
+        scored = [s.display_name for s in family_specs().values() if s.teacher_forced]
+        raise ConfigError(
+            f"--teacher-forced scores {', '.join(scored)} drafters; {folder} is a "
+            f"{family_spec(family).display_name} drafter"
+        )
+
+
 def evaluate(
     target,
     tokenizer,
@@ -435,10 +446,7 @@ def evaluate(
     """Run the evaluation; the report as a dict."""
     from tqdm.auto import tqdm
 
-    if config.teacher_forced and drafter.family not in EAGLE_KINDS:
-        raise ValueError(
-            f"teacher-forced scores need an EAGLE drafter; {drafter.folder} is {drafter.family}"
-        )
+    check_teacher_forced(config, drafter.family, drafter.folder)
     prompts = load_prompts(config)
     evaluation = Evaluation(target, tokenizer, drafter, config)
     steps = len(prompts) * len(config.temperatures) * len(config.batch_sizes) * config.repeats

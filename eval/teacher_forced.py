@@ -78,11 +78,7 @@ class TeacherForcedScores:
 
 def proposable(drafter: EagleDrafter) -> torch.Tensor:
     """[vocab] bool: the target ids the drafter can propose (EAGLE-3: its draft vocabulary)."""
-    if drafter.kind == "eagle3":
-        return drafter.t2d.bool()
-    return torch.ones(
-        drafter.fields["vocab_size"], dtype=torch.bool, device=drafter.fc.weight.device
-    )
+    return drafter.proposable_ids()
 
 
 @torch.no_grad()

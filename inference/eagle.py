@@ -35,8 +35,9 @@ import torch
 
 from ..architectures.eagle import DraftCache, EagleDrafter, load_eagle
 from ..architectures.target import TargetAdapter
+from .drafter_request import DrafterRequest, LoadedDrafter
 from .eagle_static import StaticEagle
-from .proposers import Proposer
+from .proposers import Proposer, ProposerError
 from .sampling import SamplingParams, probabilities, sample
 from .transfer import to_device
 from .tree import Proposal, TreeSettings
@@ -320,3 +321,26 @@ class EagleProposer(Proposer):
             scores += [base + value for value in row_values]
             recorded.append(list(range(first, len(tokens))))
         return recorded
+
+
+def load_runtime(folder: Path, record: dict, target, tokenizer, request: DrafterRequest):
+    """An EAGLE-1/3 drafter loaded for `target` (the family's `runtime`): chains, or EAGLE-2
+    dynamic trees (`TreeSettings`; the defaults when none is given)."""
+    tree = request.tree
+    if request.published_tree is not None:
+        tree = TreeSettings(**request.published_tree)
+    if request.proposal == "chain":
+        tree = None
+    elif tree is None:
+        tree = TreeSettings()
+    elif not isinstance(tree, TreeSettings):
+        raise ProposerError(
+            f"an EAGLE drafter drafts EAGLE-2 trees (TreeSettings), not a {type(tree).__name__}"
+        )
+    adapter = TargetAdapter(target, tokenizer)
+    drafter = load_eagle(Path(folder), adapter, dtype=target.dtype, record=record)
+
+    def make() -> Proposer:
+        return EagleProposer(drafter, tree, static_cache=request.static_cache)
+
+    return LoadedDrafter(drafter, make, tree)

@@ -20,27 +20,17 @@ import torch
 from torch import nn
 
 from ..architectures.defaults import NUM_SPECULATIVE_TOKENS, target_location
-from ..architectures.drafter_io import DrafterError, check_drafter_target, read_drafter_record
-from ..architectures.eagle import KINDS as EAGLE_KINDS
-from ..architectures.lora_adapter import adapter_dir, merge_adapter
-from ..architectures.medusa import FAMILIES as MEDUSA_FAMILIES
-from ..architectures.medusa import medusa_head_count
-from ..architectures.target import FingerprintMismatchError, TargetAdapter
-from ..architectures.zoo_index import find_in_zoos
-from .eagle import EagleProposer, TreeSettings
+from ..architectures.drafter_io import DrafterError, read_drafter_record
+from ..architectures.families import UnknownFamilyError, family_spec, family_specs
+from ..architectures.target import FingerprintMismatchError
+from ..architectures.zoo_index import resolve_drafter
+from .drafter_request import DrafterRequest, LoadedDrafter
 from .errors import GenerationError
 from .generate import SpeculativeGenerator
-from .medusa import MedusaProposer, MedusaTree, calibrated_tree, resolve_medusa_tree
-from .mtp import MtpProposer
-from .proposers import (
-    DraftModelProposer,
-    PromptLookupProposer,
-    Proposer,
-    ProposerError,
-    vocabularies_match,
-)
+from .medusa import MedusaTree
+from .proposers import PromptLookupProposer, Proposer, ProposerError
+from .tree import TreeSettings
 
-TREE_FAMILIES = (*EAGLE_KINDS, *MEDUSA_FAMILIES)
 #: `load(num_speculative_tokens=AS_PUBLISHED)`: the length the drafter's zoo entry serves with
 AS_PUBLISHED = "published"
 
@@ -60,14 +50,6 @@ class DrafterRuntime:
     @property
     def family(self) -> str:
         return self.record["family"]
-
-
-def resolve_drafter(name_or_path: str | Path, zoos: list[Path] | None = None):
-    """(folder, zoo entry or None): a drafter folder as given, else a name in the zoo."""
-    path = Path(name_or_path)
-    if path.is_dir():
-        return path, None
-    return find_in_zoos(str(name_or_path), zoos)
 
 
 def load_target(name_or_path: str, dtype: torch.dtype = torch.float32, device=None):
@@ -102,42 +84,34 @@ def load_drafter(
     tokenizer,
     proposal: str = "chain",
     num_speculative_tokens: int | None = NUM_SPECULATIVE_TOKENS,
-    tree: TreeSettings | MedusaTree | None = None,
+    tree: TreeSettings | MedusaTree | dict | None = None,
     static_cache: bool = False,
+    record: dict[str, Any] | None = None,
 ) -> DrafterRuntime:
     """A drafter folder loaded for `target` (a transformers causal LM), fingerprint-checked.
 
-    `proposal`: "chain", or "tree" (EAGLE: EAGLE-2 dynamic trees, `TreeSettings`; Medusa:
-    a static `MedusaTree`, its calibrated or default one when none is given); a tree's depth
-    then sets the speculation length unless that is None (adaptive). A Medusa-2 drafter merges
-    its LoRA adapter into `target` (in place). `static_cache`: the proposers keep
-    preallocated caches and replay their forwards as CUDA graphs on CUDA."""
+    `proposal`: "chain", or "tree" for a family that drafts trees (EAGLE: EAGLE-2 dynamic
+    trees, `TreeSettings`; Medusa: a static `MedusaTree`, its calibrated or default one when
+    none is given; a zoo entry's published settings as a dict); a tree's depth then sets the
+    speculation length unless that is None (adaptive). A family that adapts the target
+    (Medusa-2) changes `target` in place. `static_cache`: the proposers keep preallocated
+    caches and replay their forwards as CUDA graphs on CUDA. `record`: the drafter's record
+    when the caller has read it already."""
     folder = Path(folder)
-    record = read_drafter_record(folder)
-    family = record["family"]
-    if proposal not in ("chain", "tree"):
-        raise ProposerError(f"proposal must be 'chain' or 'tree', got {proposal!r}")
-    if proposal == "tree" and family not in TREE_FAMILIES:
-        raise ProposerError(
-            f"a {family} drafter drafts chains only; trees need an EAGLE or Medusa drafter"
-        )
-    builders = {
-        "draft_lm": _draft_lm,
-        "eagle1": _eagle,
-        "eagle3": _eagle,
-        "medusa1": _medusa,
-        "medusa2": _medusa,
-        "mtp": _mtp,
-    }
-    if family not in builders:
-        raise DrafterError(f"{folder}: unknown drafter family {family!r}")
-    if proposal == "chain":
-        tree = None
-        _check_chain_length(folder, family, num_speculative_tokens)
-    elif tree is None:
-        tree = TreeSettings()  # the family's default tree
+    record = read_drafter_record(folder) if record is None else record
     try:
-        module, make, tree = builders[family](folder, target, tokenizer, tree, static_cache)
+        spec = family_spec(record["family"])
+    except UnknownFamilyError as err:
+        raise DrafterError(f"{folder}: {err}") from err
+    request = DrafterRequest(proposal, num_speculative_tokens, tree, static_cache)
+    if proposal == "tree" and not spec.drafts_trees:
+        tree_families = [s.display_name for s in family_specs().values() if s.drafts_trees]
+        raise ProposerError(
+            f"a {spec.display_name} drafter drafts chains only; trees need one of: "
+            f"{', '.join(tree_families)}"
+        )
+    try:
+        loaded: LoadedDrafter = spec.runtime_loader()(folder, record, target, tokenizer, request)
     except FingerprintMismatchError as err:
         given = getattr(target.config, "_name_or_path", "") or type(target).__name__
         raise FingerprintMismatchError(
@@ -145,85 +119,16 @@ def load_drafter(
             f"not for {given!r}: {err}"
         ) from err
     if proposal == "tree" and num_speculative_tokens is not None:
-        num_speculative_tokens = tree.depth
-    return DrafterRuntime(folder, record, module, make, num_speculative_tokens, proposal, tree)
-
-
-def _check_chain_length(folder: Path, family: str, length: int | None) -> None:
-    """Medusa heads draft one token each: a longer chain is refused, not cut short."""
-    if family not in MEDUSA_FAMILIES or length is None:
-        return
-    heads = medusa_head_count(folder)
-    if length > heads:
-        raise ProposerError(
-            f"drafter {folder} has {heads} Medusa heads, so its chains are at most {heads} "
-            f"tokens long; asked for {length}"
-        )
-
-
-def _draft_lm(folder, target, tokenizer, tree, static_cache):
-    """(module, proposer factory, None) of a draft LM sharing the target's tokenizer."""
-    from transformers import AutoTokenizer
-
-    from ..architectures.safe_load import load_causal_lm
-
-    check_drafter_target(folder, TargetAdapter(target, tokenizer).fingerprint())
-    if not vocabularies_match(AutoTokenizer.from_pretrained(folder), tokenizer):
-        raise ProposerError(f"drafter {folder} does not share the target's tokenizer")
-    device = next(target.parameters()).device
-    if not (Path(folder) / "model.safetensors").is_file():
-        raise DrafterError(
-            f"drafter {folder} has no model.safetensors; draftzoo reads drafters as safetensors "
-            "and JSON only (a pickle-based file such as pytorch_model.bin could run code)"
-        )
-    draft = load_causal_lm(folder, dtype=target.dtype)
-    draft = draft.to(device).eval()
-
-    def make() -> Proposer:
-        return DraftModelProposer(draft, None, None, static_cache=static_cache)
-
-    return draft, make, None
-
-
-def _eagle(folder, target, tokenizer, tree, static_cache):
-    """(module, proposer factory, tree) of an EAGLE-1/3 drafter; trees are EAGLE-2's."""
-    if isinstance(tree, MedusaTree):
-        raise ProposerError("a MedusaTree does not apply to an EAGLE drafter (TreeSettings)")
-    drafter = EagleProposer.from_pretrained(folder, target, tokenizer).drafter
-
-    def make() -> Proposer:
-        return EagleProposer(drafter, tree, static_cache=static_cache)
-
-    return drafter, make, tree
-
-
-def _medusa(folder, target, tokenizer, tree, static_cache):
-    """(module, proposer factory, tree) of Medusa heads; trees are static `MedusaTree`s (the
-    drafter's calibrated one unless another is named). A Medusa-2 drafter's adapter is merged
-    into `target` in place: its heads are verified by the adapted target."""
-    chain = MedusaProposer.from_pretrained(folder, target, tokenizer)
-    record = read_drafter_record(folder)
-    if tree is not None:
-        tree = resolve_medusa_tree(tree, chain.heads.num_heads, calibrated_tree(record))
-
-    def make() -> Proposer:
-        return MedusaProposer(chain.heads, chain.target_layers[0], tree, static_cache)
-
-    make()  # a tree the heads cannot draft is refused before the target is touched
-    if record["family"] == "medusa2":
-        merge_adapter(target, adapter_dir(folder))
-
-    return chain.heads, make, tree
-
-
-def _mtp(folder, target, tokenizer, tree, static_cache):
-    """(module, proposer factory, None) of MTP modules (chains only)."""
-    drafter = MtpProposer.from_pretrained(folder, target, tokenizer).drafter
-
-    def make() -> Proposer:
-        return MtpProposer(drafter, static_cache=static_cache)
-
-    return drafter, make, None
+        num_speculative_tokens = loaded.tree.depth
+    return DrafterRuntime(
+        folder,
+        record,
+        loaded.module,
+        loaded.make_proposer,
+        num_speculative_tokens,
+        proposal,
+        loaded.tree,
+    )
 
 
 #: the family name of the training-free n-gram proposer in reports
@@ -280,16 +185,15 @@ def load(
         from transformers import AutoTokenizer
 
         tokenizer = AutoTokenizer.from_pretrained(target.config._name_or_path)
-    if tree is None and serving.get("tree"):
-        tree = _published_tree(record["family"], serving["tree"])
     runtime = load_drafter(
         folder,
         target,
         tokenizer,
         proposal or serving.get("proposal", "chain"),
         _speculative_tokens(num_speculative_tokens, serving),
-        tree,
+        tree if tree is not None else serving.get("tree"),
         static_cache,
+        record,
     )
     generator = SpeculativeGenerator(
         target,
@@ -314,8 +218,50 @@ def _speculative_tokens(asked: int | str | None, serving: dict[str, Any]) -> int
     return asked
 
 
-def _published_tree(family: str, settings: dict[str, Any]) -> TreeSettings | MedusaTree:
-    """A zoo entry's serving tree as the family's settings object."""
-    if family in MEDUSA_FAMILIES:
-        return MedusaTree(tuple(tuple(path) for path in settings["choices"]))
-    return TreeSettings(**settings)
+def build_generator(
+    target: str | None = None,
+    drafter: str | Path | None = None,
+    draft_model: str | None = None,
+    prompt_lookup: tuple[int, int] | None = None,
+    *,
+    proposal: str = "chain",
+    num_speculative_tokens: int | None = None,
+    tree: TreeSettings | None = None,
+    device: str | None = None,
+    static_cache: bool = False,
+) -> SpeculativeGenerator:
+    """The generator `draftzoo generate` runs: a draftzoo `drafter` (folder or zoo name; its
+    own target by default), a plain `draft_model` (any causal LM on the target's tokenizer),
+    `prompt_lookup` n-grams (min, max), or target-only decoding when none is given.
+    `num_speculative_tokens=None`: adaptive. `tree`: None serves a published drafter's tree."""
+    from transformers import AutoTokenizer
+
+    from ..architectures.defaults import COMMITTED_TARGET
+    from ..architectures.safe_load import load_causal_lm
+    from .proposers import DraftModelProposer
+
+    if drafter is not None:
+        return load(
+            drafter,
+            target,
+            proposal=proposal,
+            num_speculative_tokens=num_speculative_tokens,
+            tree=tree,
+            device=device,
+            static_cache=static_cache,
+        )
+    if proposal != "chain":
+        raise ProposerError("trees need a drafter that drafts them (--drafter)")
+    model, tokenizer = load_target(target or COMMITTED_TARGET, device=device)
+    proposer = None
+    if prompt_lookup is not None:
+        proposer = PromptLookupProposer(*prompt_lookup)
+    elif draft_model is not None:
+        location = target_location(draft_model)
+        draft = load_causal_lm(location, dtype=torch.float32).to(model.device)
+        proposer = DraftModelProposer(
+            draft, AutoTokenizer.from_pretrained(location), tokenizer, static_cache=static_cache
+        )
+    return SpeculativeGenerator(
+        model, tokenizer, proposer, num_speculative_tokens, static_cache=static_cache
+    )

@@ -24,9 +24,12 @@ from pathlib import Path
 
 import torch
 
+from ..architectures.families import family_spec
+from ..architectures.lora_adapter import adapter_dir, merge_adapter
 from ..architectures.medusa import MedusaHeads, load_medusa
 from ..architectures.medusa_tree import calibrated_choices, estimated_acceptance
 from ..architectures.target import TargetAdapter
+from .drafter_request import DrafterRequest, LoadedDrafter
 from .graphs import CapturedCall, use_cuda_graphs
 from .proposers import Proposer, ProposerError
 from .sampling import SamplingParams, gumbel_pick, probabilities
@@ -263,3 +266,32 @@ class MedusaProposer(Proposer):
         if uniforms is not None:
             entry.inputs["uniforms"].copy_(uniforms)
         return entry.replay()
+
+
+def load_runtime(folder: Path, record: dict, target, tokenizer, request: DrafterRequest):
+    """Medusa heads loaded for `target` (the family's `runtime`): chains of at most one token
+    per head, or a static `MedusaTree` (the drafter's calibrated one unless another is named).
+    A Medusa-2 drafter's adapter is merged into `target` in place, after every check: its
+    heads are verified by the adapted target."""
+    adapter = TargetAdapter(target, tokenizer)
+    heads = load_medusa(Path(folder), adapter, dtype=target.dtype, record=record)
+    length = request.num_speculative_tokens
+    tree = None
+    if request.proposal == "chain" and length is not None and length > heads.num_heads:
+        raise ProposerError(
+            f"drafter {folder} has {heads.num_heads} Medusa heads, so its chains are at most "
+            f"{heads.num_heads} tokens long; asked for {length}"
+        )
+    if request.proposal == "tree":
+        tree = request.tree
+        if request.published_tree is not None:
+            tree = MedusaTree(tuple(tuple(path) for path in request.published_tree["choices"]))
+        tree = resolve_medusa_tree(tree or TreeSettings(), heads.num_heads, calibrated_tree(record))
+
+    def make() -> Proposer:
+        return MedusaProposer(heads, adapter.num_layers, tree, request.static_cache)
+
+    make()  # a tree the heads cannot draft is refused before the target is touched
+    if family_spec(record["family"]).adapts_target:
+        merge_adapter(target, adapter_dir(folder))
+    return LoadedDrafter(heads, make, tree)

@@ -28,6 +28,7 @@ import torch
 
 from ..architectures.mtp import MtpDrafter, load_mtp
 from ..architectures.target import TargetAdapter
+from .drafter_request import DrafterRequest, LoadedDrafter
 from .kv_cache import cache_nbytes, crop_layers
 from .mtp_static import StaticModules
 from .proposers import Proposer
@@ -183,3 +184,14 @@ class MtpProposer(Proposer):
         if params.greedy:
             return Proposal.chain(torch.cat(drafts))
         return Proposal.chain(torch.cat(drafts), torch.stack(qs))
+
+
+def load_runtime(folder: Path, record: dict, target, tokenizer, request: DrafterRequest):
+    """MTP modules loaded for `target` (the family's `runtime`; chains only)."""
+    adapter = TargetAdapter(target, tokenizer)
+    drafter = load_mtp(Path(folder), adapter, dtype=target.dtype, record=record)
+
+    def make() -> Proposer:
+        return MtpProposer(drafter, static_cache=request.static_cache)
+
+    return LoadedDrafter(drafter, make)

@@ -124,7 +124,7 @@ def test_a_drafter_for_another_target(tiny_drafters, tmp_path, capsys):
     exported = tmp_path / "exported"
     cases = [
         (["eval", drafter, "--target", "testbed-small", "--prompts", "1"], "!="),
-        (["generate", "--eagle", drafter, "--prompt", "def f():"], "!="),  # committed target
+        (["generate", "--drafter", drafter, "--target", "testbed-small", "--prompt", "x"], "!="),
         (
             [
                 *["export", drafter, "--format", "vllm", "--target", "testbed-small"],
@@ -241,7 +241,7 @@ def test_truncated_weights(tiny_drafters, testbed_tiny, tmp_path, capsys):
     report = tmp_path / "report.json"
     report.write_text("{}")
     cases = [
-        ["generate", "--target", str(testbed_tiny[0]), "--eagle", broken, "--prompt", "x"],
+        ["generate", "--target", str(testbed_tiny[0]), "--drafter", broken, "--prompt", "x"],
         ["eval", broken, "--prompts", "1", "--output-dir", str(out)],
         ["export", broken, "--format", "vllm", "--output-dir", str(out)],
         ["publish", broken, "--report", str(report), "--zoo", str(zoo)],
@@ -276,7 +276,7 @@ def test_a_drafter_for_another_tokenizer_or_context_length(
     out = tmp_path / "out"
     cases = [
         ["eval", drafter, "--target", str(retokenized), "--prompts", "1", "--output-dir", str(out)],
-        ["generate", "--target", str(retokenized), "--eagle", drafter, "--prompt", "x"],
+        ["generate", "--target", str(retokenized), "--drafter", drafter, "--prompt", "x"],
     ]
     for argv in cases:
         _assert_one_error_line(argv, capsys, "tokenizer")

@@ -5,6 +5,8 @@ from pathlib import Path
 
 import pytest
 
+from draftzoo.architectures.families import family_specs
+
 REPO = Path(__file__).resolve().parents[1]
 SUBPACKAGES = ["architectures", "data", "train", "inference", "eval", "recipes"]
 
@@ -61,6 +63,21 @@ def test_wheel_holds_every_subpackage_and_the_committed_testbed(wheel):
     assert "draftzoo/recipes/eagle3/testbed-small-demo.yaml" in names
     assert "draftzoo/recipes/medusa2/testbed-small.yaml" in names
     assert not any(n.startswith("tests/") for n in names)
+
+
+def test_wheel_holds_every_shipped_recipe_and_zoo_file(wheel):
+    """Every file under recipes/ that git tracks is in the wheel: recipes of every family,
+    launch configs, model configs, the testbed and the zoo (no folder can be missed)."""
+    listed = subprocess.run(
+        ["git", "ls-files", "recipes"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout.split()
+    shipped = {f"draftzoo/{path}" for path in listed if not path.endswith(".py")}
+    recipes = {path for path in shipped if path.endswith(".yaml")}
+    assert any("/mtp/" in path for path in recipes)
+    for family in family_specs().values():
+        assert any(f"/recipes/{family.recipes_dir}/" in path for path in recipes), family.name
+    missing = sorted(shipped - set(zipfile.ZipFile(wheel).namelist()))
+    assert not missing, missing
 
 
 def test_wheel_imports_every_subpackage_outside_the_repo(wheel, tmp_path):

@@ -228,10 +228,10 @@ def test_teacher_forced_field_is_the_chains_teacher_forced_score(
     )
 
     draft_lm = load_drafter(tiny_drafters["draft_lm"], model, tokenizer, "chain", 3)
-    with pytest.raises(ValueError, match="need an EAGLE drafter"):
+    with pytest.raises(ValueError, match="scores EAGLE-1, EAGLE-3 drafters"):
         evaluate(model, tokenizer, draft_lm, config, str(path), show_progress=False)
     assert main(["eval", str(tiny_drafters["draft_lm"]), "--teacher-forced"]) == 2
-    assert "--teacher-forced scores EAGLE drafters" in capsys.readouterr().err
+    assert "--teacher-forced scores EAGLE-1, EAGLE-3 drafters" in capsys.readouterr().err
 
 
 def test_eval_command_measures_on_static_caches(tiny_drafters, testbed_tiny, tmp_path, capsys):

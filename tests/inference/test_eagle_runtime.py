@@ -228,14 +228,14 @@ def test_sampling_runs_and_drafter_cache_holds_only_real_positions(drafters, tar
 def test_generate_command_drafts_eagle2_trees(drafters, testbed_tiny, capsys):
     from draftzoo.cli import main
 
-    args = ["generate", "--target", str(testbed_tiny[0]), "--eagle", str(drafters["eagle3"])]
+    args = ["generate", "--target", str(testbed_tiny[0]), "--drafter", str(drafters["eagle3"])]
     args += ["--tree", "--tree-top-k", "4", "--tree-depth", "4", "--tree-tokens", "12"]
     args += ["--prompt", PROMPTS[0], "--max-new-tokens", "16", "--num-speculative-tokens", "4"]
     assert main(args) == 0
     out = capsys.readouterr().out
     assert out.startswith(PROMPTS[0]) and "mean_acceptance_length:" in out
     assert main(["generate", "--target", str(testbed_tiny[0]), "--tree", "--prompt", "x"]) == 2
-    assert "--tree needs --eagle" in capsys.readouterr().err
+    assert "--tree needs --drafter" in capsys.readouterr().err
 
 
 def test_static_target_cache_keeps_eagle_outputs_and_tau(drafters, target_and_tokenizer, reference):

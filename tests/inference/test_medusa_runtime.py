@@ -116,7 +116,7 @@ def test_the_cli_generates_with_medusa_and_refuses_eagle_tree_options(
 ):
     from draftzoo.cli import main
 
-    base = ["generate", "--target", str(testbed_tiny[0]), "--medusa", str(heads_folder)]
+    base = ["generate", "--target", str(testbed_tiny[0]), "--drafter", str(heads_folder)]
     assert main([*base, "--tree", "--prompt", "def f(x):", "--max-new-tokens", "8"]) == 0
     assert "num_target_forwards" in capsys.readouterr().out
     assert main([*base, "--tree", "--tree-top-k", "3", "--prompt", "x"]) == 2

@@ -163,7 +163,7 @@ def test_sampling_is_seeded_and_leaves_only_real_entries(drafters, target_and_to
 def test_generate_command_drafts_with_mtp(drafters, testbed_tiny, capsys):
     from draftzoo.cli import main
 
-    args = ["generate", "--target", str(testbed_tiny[0]), "--mtp", str(drafters[2])]
+    args = ["generate", "--target", str(testbed_tiny[0]), "--drafter", str(drafters[2])]
     args += ["--prompt", PROMPTS[0], "--max-new-tokens", "16", "--num-speculative-tokens", "3"]
     assert main(args) == 0
     out = capsys.readouterr().out
