@@ -18,6 +18,8 @@ MAX_NEW_TOKENS = 128
 TEMPERATURE = 0.0
 #: draft tokens per round of a fixed-length chain when nothing else is published
 NUM_SPECULATIVE_TOKENS = 4
+#: positions a static KV cache holds (prompt and new tokens) when nobody says how many
+MAX_CACHE_LENGTH = 2048
 #: the losslessness certificate: sampled decodes per prompt, and prompts (eval/certificate.py)
 CERTIFICATE_SAMPLES = 4000
 CERTIFICATE_PROMPTS = 4

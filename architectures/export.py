@@ -235,15 +235,8 @@ def export_drafter(
     record = read_drafter_record(path)
     spec = family_spec(record["family"])
     exporter = spec.exporter(fmt)
-    if embed_tokens and not spec.export_embedding:
-        carriers = ", ".join(s.display_name for s in _embedding_families())
-        raise ExportError(
-            f"only {carriers} exports carry the target's embedding, not {spec.display_name}"
-        )
     target = target or _recorded(record)
-    embed = spec.export_embedding and (
-        fmt in EMBEDDING_BY_DEFAULT if embed_tokens is None else embed_tokens
-    )
+    embed = _embedding_asked(spec, fmt, embed_tokens)
     if not target and (spec.export_needs_target or embed):
         raise ExportError(f"{path}: the drafter's record names no target; name it (--target)")
     tmp = output_dir.with_name(output_dir.name + ".tmp")
@@ -299,6 +292,19 @@ def export_for_target(
 
         target_config = AutoConfig.from_pretrained(target_location(target))
     return export_drafter(folder, output_dir, fmt, target_config, target=target, **options)
+
+
+def _embedding_asked(spec, fmt: str, embed_tokens: bool | None) -> bool:
+    """Whether the export carries the target's input embedding; asking it of a family whose
+    exports cannot is refused."""
+    if embed_tokens and not spec.export_embedding:
+        carriers = ", ".join(s.display_name for s in _embedding_families())
+        raise ExportError(
+            f"only {carriers} exports carry the target's embedding, not {spec.display_name}"
+        )
+    if not spec.export_embedding:
+        return False
+    return fmt in EMBEDDING_BY_DEFAULT if embed_tokens is None else embed_tokens
 
 
 def _check_marked(folder: Path, family: str, fmt: str) -> None:

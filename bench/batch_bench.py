@@ -24,6 +24,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from draftzoo.data.prompts import humaneval_prompts
 from draftzoo.inference.batch import BatchGenerator
+from draftzoo.inference.cache_settings import CacheSettings
 from draftzoo.inference.proposers import DraftModelProposer, PromptLookupProposer
 from draftzoo.inference.sampling import SamplingParams
 from draftzoo.train.testbed import committed_testbed_dir
@@ -66,8 +67,7 @@ def main() -> None:
                 draft,
                 draft_tokenizer,
                 tokenizer,
-                static_cache=args.static,
-                max_cache_length=cache_length,
+                cache=CacheSettings(static=args.static, max_length=cache_length),
             )
     else:
 
@@ -76,7 +76,7 @@ def main() -> None:
 
     prompts = [p.render(tokenizer, chat=True) for p in humaneval_prompts()[: args.prompts]]
     params = SamplingParams(max_new_tokens=args.max_new_tokens)
-    static = {"static_cache": args.static, "max_cache_length": cache_length}
+    static = {"cache": CacheSettings(static=args.static, max_length=cache_length)}
     plain = BatchGenerator(target, tokenizer, factory, args.gamma, 0, **static)
     spec = BatchGenerator(target, tokenizer, factory, args.gamma, 10**6, **static)
     warm = SamplingParams(max_new_tokens=8)

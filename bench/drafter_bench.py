@@ -39,6 +39,7 @@ from bench_target import load_target
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from draftzoo.data.prompts import load_prompt_set
+from draftzoo.inference.cache_settings import CacheSettings
 from draftzoo.inference.eagle import EagleProposer, TreeSettings
 from draftzoo.inference.generate import SpeculativeGenerator
 from draftzoo.inference.mtp import MtpProposer
@@ -49,7 +50,7 @@ from draftzoo.train.testbed import committed_testbed_dir
 
 def build_methods(args, target, tokenizer) -> dict[str, SpeculativeGenerator]:
     """One generator per method (None proposer = target-only)."""
-    static = {"static_cache": args.static}
+    static = {"cache": CacheSettings(static=args.static)}
     methods = {"target-only": SpeculativeGenerator(target, tokenizer, **static)}
     if args.draft_lm:
         draft = AutoModelForCausalLM.from_pretrained(args.draft_lm, dtype=torch.float32)
@@ -100,20 +101,28 @@ def _medusa_methods(args, folder, target, tokenizer, named: bool) -> dict:
     family = "Medusa-1" if record["family"] == "medusa1" else "Medusa-2"
     label = family if not named else f"{family} {Path(folder).name}"
     served = target if family == "Medusa-1" else copy.deepcopy(target)
-    static = {"static_cache": args.static}
+    static = {"cache": CacheSettings(static=args.static)}
     methods = {}
     if served is not target:
         methods[f"target-only ({label} adapted)"] = SpeculativeGenerator(
             served, tokenizer, **static
         )
-    runtime = load_drafter(Path(folder), served, tokenizer, "chain", args.gamma, None, args.static)
+    runtime = load_drafter(
+        Path(folder),
+        served,
+        tokenizer,
+        "chain",
+        args.gamma,
+        None,
+        CacheSettings(static=args.static),
+    )
     methods[f"{label} chain"] = SpeculativeGenerator(
         served, tokenizer, runtime.make_proposer(), args.gamma, **static
     )
     heads = runtime.module
     tree = calibrated_tree(record) or MedusaTree.default(heads.num_heads)
     layer = runtime.make_proposer().target_layers[0]
-    trees = MedusaProposer(heads, layer, tree, args.static)
+    trees = MedusaProposer(heads, layer, tree, CacheSettings(static=args.static))
     methods[f"{label} tree"] = SpeculativeGenerator(served, tokenizer, trees, tree.depth, **static)
     return methods
 

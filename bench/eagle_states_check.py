@@ -30,6 +30,7 @@ from bench_target import load_target
 from draftzoo.architectures.eagle import DraftCache
 from draftzoo.architectures.target import TargetAdapter
 from draftzoo.data.prompts import load_prompt_set
+from draftzoo.inference.cache_settings import CacheSettings
 from draftzoo.inference.eagle import EagleProposer
 from draftzoo.inference.generate import SpeculativeGenerator, fused_states
 from draftzoo.inference.sampling import SamplingParams
@@ -88,7 +89,7 @@ def main() -> None:
     cpu_target = TargetAdapter(copy.deepcopy(target).to("cpu"))
     on_cpu.attach_target(cpu_target.embed_tokens, cpu_target.lm_head)
     generator = SpeculativeGenerator(
-        target, tokenizer, proposer, args.gamma, static_cache=args.static
+        target, tokenizer, proposer, args.gamma, cache=CacheSettings(static=args.static)
     )
     layers = proposer.target_layers
     prompts = [p.render(tokenizer, chat=True) for p in load_prompt_set("humaneval")]

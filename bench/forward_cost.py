@@ -22,6 +22,7 @@ import time
 import torch
 from transformers import AutoModelForCausalLM, DynamicCache
 
+from draftzoo.inference.cache_settings import CacheSettings
 from draftzoo.inference.generate import SpeculativeGenerator, tree_forward_kwargs
 from draftzoo.inference.kv_cache import cache_kwargs, crop
 from draftzoo.inference.sampling import SamplingParams
@@ -79,7 +80,7 @@ def main() -> None:
     rows["StaticForward.forward (copies + replay)"] = _mean_ms(
         lambda: static.forward(token), args.steps, device
     )
-    generator = SpeculativeGenerator(target, None, static_cache=True)
+    generator = SpeculativeGenerator(target, None, cache=CacheSettings(static=True))
     params = SamplingParams(max_new_tokens=args.steps)
     prompt = prefix[0].tolist()
     generator.generate(prompt, params)

@@ -30,6 +30,7 @@ from bench_target import load_target
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from draftzoo.data.prompts import load_prompt_set
+from draftzoo.inference.cache_settings import CacheSettings
 from draftzoo.inference.generate import SpeculativeGenerator
 from draftzoo.inference.proposers import DraftModelProposer, PromptLookupProposer
 from draftzoo.inference.sampling import SamplingParams
@@ -86,8 +87,12 @@ def _draft_methods(folder, suffix, target, tokenizer, greedy, eos, args) -> dict
         ),
     }
     if args.static:
-        static_proposer = DraftModelProposer(load(), draft_tokenizer, tokenizer, static_cache=True)
-        static = SpeculativeGenerator(target, tokenizer, static_proposer, args.gamma, True)
+        static_proposer = DraftModelProposer(
+            load(), draft_tokenizer, tokenizer, cache=CacheSettings(static=True)
+        )
+        static = SpeculativeGenerator(
+            target, tokenizer, static_proposer, args.gamma, CacheSettings(static=True)
+        )
         methods[f"draftzoo draft-LM static{suffix}"] = lambda p: _dz_generate(static, p, greedy)
     return methods
 
@@ -154,9 +159,13 @@ def _methods(args, target, tokenizer, greedy) -> dict:
         ),
     }
     if args.static:
-        plain_static = SpeculativeGenerator(target, tokenizer, static_cache=True)
+        plain_static = SpeculativeGenerator(target, tokenizer, cache=CacheSettings(static=True))
         lookup_static = SpeculativeGenerator(
-            target, tokenizer, PromptLookupProposer(1, 3), args.gamma, static_cache=True
+            target,
+            tokenizer,
+            PromptLookupProposer(1, 3),
+            args.gamma,
+            cache=CacheSettings(static=True),
         )
         methods["draftzoo target-only static"] = lambda p: _dz_generate(plain_static, p, greedy)
         methods["draftzoo prompt-lookup static"] = lambda p: _dz_generate(lookup_static, p, greedy)

@@ -14,6 +14,7 @@ _EXPORTS = {
     "TargetAdapter": "draftzoo.architectures.target",
     "TargetFingerprint": "draftzoo.architectures.target",
     "SpeculativeGenerator": "draftzoo.inference.generate",
+    "CacheSettings": "draftzoo.inference.cache_settings",
     "SamplingParams": "draftzoo.inference.sampling",
     "Proposal": "draftzoo.inference.tree",
     "DraftModelProposer": "draftzoo.inference.proposers",

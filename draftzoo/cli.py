@@ -98,6 +98,7 @@ def _testbed_info(args: argparse.Namespace) -> int:
 
 
 def _generate(args: argparse.Namespace) -> int:
+    from draftzoo.inference.cache_settings import CacheSettings
     from draftzoo.inference.load import build_generator
     from draftzoo.inference.sampling import SamplingParams
     from draftzoo.inference.tree import TreeSettings
@@ -123,7 +124,7 @@ def _generate(args: argparse.Namespace) -> int:
         num_speculative_tokens=args.num_speculative_tokens,
         tree=TreeSettings(**tree_options) if tree_options else None,
         device=_device(args.device),
-        static_cache=args.static_cache,
+        cache=CacheSettings(static=args.static_cache, max_length=args.max_cache_length),
     )
     out = generator.generate(args.prompt, params)
     print(args.prompt + out.text)
@@ -241,6 +242,7 @@ def _eval_config(args: argparse.Namespace):
             chat=not args.raw,
             seed=args.seed,
             static_cache=args.static_cache,
+            max_cache_length=args.max_cache_length,
             teacher_forced=args.teacher_forced,
             position_edges=tuple(args.position_edges),
             certificate_samples=args.certificate_samples,

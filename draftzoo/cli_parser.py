@@ -14,6 +14,7 @@ from draftzoo.architectures.defaults import (
     ANSWER_MAX_NEW_TOKENS,
     CERTIFICATE_PROMPTS,
     CERTIFICATE_SAMPLES,
+    MAX_CACHE_LENGTH,
     MAX_NEW_TOKENS,
     NUM_SPECULATIVE_TOKENS,
     TEMPERATURE,
@@ -82,6 +83,23 @@ TREE_HELP = (
     "trees; Medusa: the tree its training calibrated on held-out rows, else the default "
     "static tree cut to the heads' depth)"
 )
+
+
+def _add_cache_options(parser: argparse.ArgumentParser, whose: str) -> None:
+    """--static-cache and --max-cache-length (`CacheSettings`)."""
+    parser.add_argument(
+        "--static-cache",
+        action="store_true",
+        help=f"preallocated KV caches for {whose}; on CUDA their decode forwards replay as "
+        "CUDA graphs",
+    )
+    parser.add_argument(
+        "--max-cache-length",
+        type=int,
+        default=MAX_CACHE_LENGTH,
+        help="with --static-cache: positions each cache holds, prompt and new tokens together "
+        f"(default {MAX_CACHE_LENGTH})",
+    )
 
 
 def _add_overrides(parser: argparse.ArgumentParser) -> None:
@@ -193,12 +211,7 @@ def build_parser(handlers: Mapping[str, Callable]) -> argparse.ArgumentParser:
     _add_acceptance(gen)
     gen.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     gen.add_argument("--device", help="cpu or cuda (default: cuda when available)")
-    gen.add_argument(
-        "--static-cache",
-        action="store_true",
-        help="preallocated KV caches for the target and the drafter; on CUDA their decode "
-        "forwards replay as CUDA graphs",
-    )
+    _add_cache_options(gen, "the target and the drafter")
     gen.set_defaults(func=handlers["generate"])
 
     train = commands.add_parser(
@@ -320,12 +333,7 @@ def _add_zoo_commands(commands, handlers: Mapping[str, Callable]) -> None:
     )
     ev.add_argument("--seed", type=int, default=0)
     ev.add_argument("--device", help="cpu or cuda (default: cuda when available)")
-    ev.add_argument(
-        "--static-cache",
-        action="store_true",
-        help="preallocated KV caches for the target and the drafter, target-only and "
-        "speculative alike; on CUDA their decode forwards replay as CUDA graphs",
-    )
+    _add_cache_options(ev, "the target and the drafter, target-only and speculative alike")
     _add_certificate_options(ev, "--certificate-samples", "--certificate-prompts")
     _add_acceptance(ev)
     ev.add_argument("--threads", type=int, default=0, help="torch threads (0 = default)")

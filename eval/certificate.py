@@ -30,6 +30,7 @@ import torch
 
 from ..architectures.defaults import CERTIFICATE_PROMPTS, CERTIFICATE_SAMPLES
 from ..inference.batch import BatchGenerator
+from ..inference.cache_settings import GROWING, CacheSettings
 from ..inference.round import encode_prompt, eos_ids
 from ..inference.sampling import SamplingParams, probabilities, sample
 
@@ -127,10 +128,10 @@ def certify(
     config: CertificateConfig,
     acceptance: str = "exact",
     seed: int = 0,
-    static_cache: bool = False,
+    cache: CacheSettings = GROWING,
 ) -> dict[str, Any]:
     """Run the check on the first `config.prompts` of `texts`; the certificate as a dict
-    (`static_cache`: decoded on the static caches the evaluation served with)."""
+    (`cache`: decoded on the caches the evaluation served with)."""
     chosen = list(texts)[: config.prompts]
     delta = config.false_alarm / len(chosen)
     generator = BatchGenerator(
@@ -139,7 +140,7 @@ def certify(
         make_proposer,
         num_speculative_tokens=config.tokens,
         max_speculative_batch=config.batch_size,
-        static_cache=static_cache,
+        cache=cache,
     )
     eos = eos_ids(target, tokenizer)
     rows = []

@@ -41,7 +41,7 @@ def load_as_configured(
         config.proposal,
         config.num_speculative_tokens,
         config.tree,
-        config.static_cache,
+        config.cache,
         record,
     )
 

@@ -33,12 +33,13 @@ from typing import Any
 import torch
 
 from ..architectures.config_io import ConfigError
-from ..architectures.defaults import MAX_NEW_TOKENS, NUM_SPECULATIVE_TOKENS
+from ..architectures.defaults import MAX_CACHE_LENGTH, MAX_NEW_TOKENS, NUM_SPECULATIVE_TOKENS
 from ..architectures.drafter_io import checkpoint_hash
 from ..architectures.families import family_spec, family_specs
 from ..architectures.target import TargetAdapter
 from ..data.prompts import Prompt, load_prompt_set
 from ..inference.batch import BatchGenerator
+from ..inference.cache_settings import CacheSettings
 from ..inference.eagle import TreeSettings
 from ..inference.generate import SpeculativeGenerator
 from ..inference.load import PROMPT_LOOKUP, DrafterRuntime
@@ -75,6 +76,8 @@ class EvalConfig:
     #: preallocated KV caches for the target and the drafter, target-only and speculative
     #: decoding alike; on CUDA their decode forwards replay as CUDA graphs
     static_cache: bool = False
+    #: with `static_cache`: positions each static cache holds (prompt and new tokens)
+    max_cache_length: int = MAX_CACHE_LENGTH
     #: EAGLE drafters: also score the chain's acceptance per draft step, teacher-forced on the
     #: target's own continuations (`draftzoo.eval.teacher_forced`), no speculative decoding
     teacher_forced: bool = False
@@ -101,6 +104,8 @@ class EvalConfig:
             raise ValueError(f"acceptance must be one of {ACCEPTANCES}, got {self.acceptance!r}")
         if self.num_speculative_tokens < 1:
             raise ValueError("num_speculative_tokens must be >= 1")
+        if self.max_cache_length < 1:
+            raise ValueError("max_cache_length must be >= 1")
         if self.certificate_samples < 0 or self.certificate_prompts < 1:
             raise ValueError("certificate samples must be >= 0 and certificate prompts >= 1")
         if self.position_edges and not self.teacher_forced:
@@ -125,6 +130,11 @@ class EvalConfig:
         if not self.certificate_samples:
             return None
         return CertificateConfig(prompts=self.certificate_prompts, samples=self.certificate_samples)
+
+    @property
+    def cache(self) -> CacheSettings:
+        """The KV caches both sides decode on."""
+        return CacheSettings(static=self.static_cache, max_length=self.max_cache_length)
 
     @property
     def tree(self) -> TreeSettings | None:
@@ -224,7 +234,7 @@ class Evaluation:
 
     def __init__(self, target, tokenizer, drafter: DrafterRuntime, config: EvalConfig) -> None:
         self.target, self.tokenizer, self.drafter, self.config = target, tokenizer, drafter, config
-        static = {"static_cache": config.static_cache}
+        static = {"cache": config.cache}
         self.plain = SpeculativeGenerator(target, tokenizer, **static)
         self.speculative = SpeculativeGenerator(
             target, tokenizer, drafter.make_proposer(), drafter.num_speculative_tokens, **static
@@ -286,7 +296,7 @@ class Evaluation:
 
     def _batch_generators(self, batch_size: int) -> tuple[BatchGenerator, BatchGenerator]:
         if batch_size not in self._batched_generators:
-            static = {"static_cache": self.config.static_cache}
+            static = {"cache": self.config.cache}
             plain = BatchGenerator(self.target, self.tokenizer, None, 0, **static)
             speculative = BatchGenerator(
                 self.target,
@@ -531,7 +541,7 @@ def certificate_of(
         settings,
         config.acceptance,
         config.seed,
-        config.static_cache,
+        config.cache,
     )
 
 

@@ -2,7 +2,7 @@
 
 Rows are ragged: each keeps its own committed length, proposal and acceptance. The target's
 KV cache is shared, [rows, heads, slots, dim]: a growing `DynamicCache` kept compact
-(`batch_dynamic.py`), or with `static_cache` buffers allocated once whose decode-sized forwards
+(`batch_dynamic.py`), or with a static `cache` buffers allocated once whose decode-sized forwards
 replay as CUDA graphs on CUDA (`batch_static.py`). Either way row r sees only its own committed
 slots and its own tree, at its own positions, so a row's numbers never depend on what the
 other rows do; finished rows are dropped. A batch of one prompt repeated (n samples of it)
@@ -26,6 +26,7 @@ from ..architectures.defaults import NUM_SPECULATIVE_TOKENS
 from .acceptance import greedy_answers
 from .batch_dynamic import DynamicBatchForward
 from .batch_static import StaticBatchForward
+from .cache_settings import GROWING, CacheSettings
 from .errors import GenerationError
 from .generate import fused_states, target_states
 from .graphs import use_cuda_graphs
@@ -70,16 +71,14 @@ class BatchGenerator:
         proposer_factory: Callable[[], Proposer] | None = None,
         num_speculative_tokens: int = NUM_SPECULATIVE_TOKENS,
         max_speculative_batch: int = 8,
-        static_cache: bool = False,
-        max_cache_length: int = 2048,
-        cuda_graphs: bool | None = None,
+        cache: CacheSettings = GROWING,
     ) -> None:
         """`proposer_factory` makes one proposer per request (draft LMs keep per-row state).
 
-        `static_cache`: the target's KV cache in buffers allocated once (`max_cache_length`
-        positions per row, prompt and new tokens together, for as many rows as the largest
-        batch asked for); on CUDA each (rows, width) forward then replays as a CUDA graph
-        (`cuda_graphs`: None = on when the target is on CUDA)."""
+        `cache`: the target's KV cache grows (default), or is kept in buffers allocated once
+        (`CacheSettings(static=True)`: `max_length` positions per row, prompt and new tokens
+        together, for as many rows as the largest batch asked for); on CUDA each (rows, width)
+        forward then replays as a CUDA graph."""
         if num_speculative_tokens < 0 or max_speculative_batch < 0:
             raise GenerationError("num_speculative_tokens and max_speculative_batch must be >= 0")
         self.target, self.tokenizer = target.eval(), tokenizer
@@ -88,12 +87,12 @@ class BatchGenerator:
         self.max_speculative_batch = max_speculative_batch
         self.device = next(target.parameters()).device
         max_positions = getattr(target.config, "max_position_embeddings", None)
-        self.max_cache_length = max_cache_length if static_cache else None
-        self.cuda_graphs = use_cuda_graphs(self.device, cuda_graphs)
+        self.max_cache_length = cache.max_length if cache.static else None
+        self.cuda_graphs = use_cuda_graphs(self.device, cache.cuda_graphs)
         self._static: StaticBatchForward | None = None
         limit = max_positions
         if self.max_cache_length is not None:
-            limit = min(limit or max_cache_length, max_cache_length)
+            limit = min(limit or self.max_cache_length, self.max_cache_length)
         self.limits = Limits(limit, eos_ids(target, tokenizer))
 
     @torch.no_grad()
@@ -111,7 +110,7 @@ class BatchGenerator:
                 raise GenerationError(
                     f"{len(ids)} prompt tokens + max_new_tokens {params.max_new_tokens} do not "
                     f"fit the static cache's {self.max_cache_length} positions "
-                    "(raise max_cache_length)"
+                    "(raise the cache's max_length)"
                 )
             proposer = self.proposer_factory() if self.proposer_factory else None
             if proposer is not None:

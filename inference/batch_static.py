@@ -130,7 +130,7 @@ class StaticBatchForward:
         if max(self.lengths) + width > self.size:
             raise GenerationError(
                 f"the static cache holds {self.size} slots; this forward needs "
-                f"{max(self.lengths) + width} (raise max_cache_length)"
+                f"{max(self.lengths) + width} (raise the cache's max_length)"
             )
         lengths = to_device(self.lengths, self.device)
         depths, ancestors = to_device(depths, self.device), to_device(ancestors, self.device)

@@ -29,6 +29,6 @@ def load_runtime(folder, record: dict, target, tokenizer, request: DrafterReques
     draft = draft.to(next(target.parameters()).device).eval()
 
     def make() -> Proposer:
-        return DraftModelProposer(draft, None, None, static_cache=request.static_cache)
+        return DraftModelProposer(draft, None, None, request.cache)
 
     return LoadedDrafter(draft, make)

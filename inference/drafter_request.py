@@ -13,6 +13,7 @@ from typing import Any
 
 from torch import nn
 
+from .cache_settings import GROWING, CacheSettings
 from .proposers import Proposer, ProposerError
 
 #: what a proposal may be
@@ -26,7 +27,7 @@ class DrafterRequest:
     proposal: str = "chain"  # "chain" or "tree"
     num_speculative_tokens: int | None = None  # chain length; None: adaptive
     tree: Any = None  # the family's tree object, its published settings (a mapping), or None
-    static_cache: bool = False  # preallocated caches, forwards replayed as CUDA graphs on CUDA
+    cache: CacheSettings = GROWING  # the drafter's cache, as the target's
 
     def __post_init__(self) -> None:
         if self.proposal not in PROPOSALS:

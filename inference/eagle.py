@@ -35,6 +35,7 @@ import torch
 
 from ..architectures.eagle import DraftCache, EagleDrafter, load_eagle
 from ..architectures.target import TargetAdapter
+from .cache_settings import GROWING, CacheSettings
 from .drafter_request import DrafterRequest, LoadedDrafter
 from .eagle_static import StaticEagle
 from .proposers import Proposer, ProposerError
@@ -46,24 +47,21 @@ from .tree import Proposal, TreeSettings
 class EagleProposer(Proposer):
     """Drafts with an EAGLE-1/3 drafter; a chain, or an EAGLE-2 tree when `tree` is given.
 
-    `static_cache`: the drafter's cache is preallocated for `max_cache_length` positions, and
+    A static `cache`: the drafter's cache is preallocated for its `max_length` positions, and
     each round's catch-up, chain and greedy tree replay as CUDA graphs on CUDA
-    (`eagle_static.py`; `cuda_graphs`: None = on when the drafter is on CUDA); sampled trees
-    draft eagerly on its scratch slots."""
+    (`eagle_static.py`); sampled trees draft eagerly on its scratch slots."""
 
     def __init__(
         self,
         drafter: EagleDrafter,
         tree: TreeSettings | None = None,
-        static_cache: bool = False,
-        max_cache_length: int = 2048,
-        cuda_graphs: bool | None = None,
+        cache: CacheSettings = GROWING,
     ) -> None:
         self.drafter = drafter.eval()
         self.tree = tree
         self.static = None
-        if static_cache:
-            self.static = StaticEagle(drafter, max_cache_length, cuda_graphs, tree=tree)
+        if cache.static:
+            self.static = StaticEagle(drafter, cache.max_length, cache.cuda_graphs, tree=tree)
         self.target_layers = tuple(drafter.layers)
         self.device = drafter.fc.weight.device
         self.dtype = drafter.fc.weight.dtype
@@ -341,6 +339,6 @@ def load_runtime(folder: Path, record: dict, target, tokenizer, request: Drafter
     drafter = load_eagle(Path(folder), adapter, dtype=target.dtype, record=record)
 
     def make() -> Proposer:
-        return EagleProposer(drafter, tree, static_cache=request.static_cache)
+        return EagleProposer(drafter, tree, request.cache)
 
     return LoadedDrafter(drafter, make, tree)

@@ -146,7 +146,7 @@ class StaticEagle:
         if self.length + width > self.max_length:
             raise GenerationError(
                 f"the drafter's static cache holds {self.max_length} positions; this request "
-                f"needs {self.length + width} (raise max_cache_length)"
+                f"needs {self.length + width} (raise the cache's max_length)"
             )
         if not self.use_graphs or width > self.max_graph_width:
             out = self._feed(input_ids, states, self.length)

@@ -13,6 +13,7 @@ from contextlib import nullcontext
 
 import torch
 
+from .cache_settings import GROWING, CacheSettings
 from .errors import GenerationError
 from .kv_cache import cache_kwargs, cache_length, cache_nbytes, crop, keep_tail
 from .proposers import Proposer
@@ -91,17 +92,14 @@ class SpeculativeGenerator:
         tokenizer,
         proposer: Proposer | None = None,
         num_speculative_tokens: int | AdaptiveLength | None = None,
-        static_cache: bool = False,
-        max_cache_length: int = 2048,
-        cuda_graphs: bool | None = None,
+        cache: CacheSettings = GROWING,
     ) -> None:
         """`num_speculative_tokens`: a fixed gamma, or None / an `AdaptiveLength` to choose
         gamma per round from the request's measured acceptance and draft/verify cost.
 
-        `static_cache`: keep the target's KV cache in buffers allocated once
-        (`max_cache_length` positions, prompt and new tokens together) instead of a growing
-        `DynamicCache`; on CUDA its decode-sized forwards then run as CUDA graphs
-        (`cuda_graphs`: None = on when the target is on CUDA; see `static_forward.py`)."""
+        `cache`: the target's KV cache grows with the context (default), or is kept in
+        buffers allocated once (`CacheSettings(static=True, max_length=...)`), whose
+        decode-sized forwards run as CUDA graphs on CUDA (see `static_forward.py`)."""
         if isinstance(num_speculative_tokens, int) and num_speculative_tokens < 0:
             raise GenerationError("num_speculative_tokens must be >= 0")
         self.target = target.eval()
@@ -112,7 +110,9 @@ class SpeculativeGenerator:
         )
         self.device = next(target.parameters()).device
         self.max_positions = getattr(target.config, "max_position_embeddings", None)
-        self.static = StaticForward(target, max_cache_length, cuda_graphs) if static_cache else None
+        self.static = None
+        if cache.static:
+            self.static = StaticForward(target, cache.max_length, cache.cuda_graphs)
         self.eos_ids = eos_ids(target, tokenizer)
         #: set by `draftzoo.load`: the loaded drafter (`inference.load.DrafterRuntime`)
         self.drafter = None
@@ -135,7 +135,7 @@ class SpeculativeGenerator:
             raise GenerationError(
                 f"{len(prompt_ids)} prompt tokens + max_new_tokens {params.max_new_tokens} do "
                 f"not fit the static cache's {self.static.max_length} positions "
-                "(raise max_cache_length)"
+                "(raise the cache's max_length)"
             )
         if self.proposer is not None:
             self.proposer.reset()

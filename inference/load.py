@@ -24,6 +24,7 @@ from ..architectures.drafter_io import DrafterError, read_drafter_record
 from ..architectures.families import UnknownFamilyError, family_spec, family_specs
 from ..architectures.target import FingerprintMismatchError
 from ..architectures.zoo_index import resolve_drafter
+from .cache_settings import GROWING, CacheSettings
 from .drafter_request import DrafterRequest, LoadedDrafter
 from .errors import GenerationError
 from .generate import SpeculativeGenerator
@@ -85,7 +86,7 @@ def load_drafter(
     proposal: str = "chain",
     num_speculative_tokens: int | None = NUM_SPECULATIVE_TOKENS,
     tree: TreeSettings | MedusaTree | dict | None = None,
-    static_cache: bool = False,
+    cache: CacheSettings = GROWING,
     record: dict[str, Any] | None = None,
 ) -> DrafterRuntime:
     """A drafter folder loaded for `target` (a transformers causal LM), fingerprint-checked.
@@ -94,16 +95,15 @@ def load_drafter(
     trees, `TreeSettings`; Medusa: a static `MedusaTree`, its calibrated or default one when
     none is given; a zoo entry's published settings as a dict); a tree's depth then sets the
     speculation length unless that is None (adaptive). A family that adapts the target
-    (Medusa-2) changes `target` in place. `static_cache`: the proposers keep preallocated
-    caches and replay their forwards as CUDA graphs on CUDA. `record`: the drafter's record
-    when the caller has read it already."""
+    (Medusa-2) changes `target` in place. `cache`: how the proposers keep their caches
+    (`CacheSettings`). `record`: the drafter's record when the caller has read it already."""
     folder = Path(folder)
     record = read_drafter_record(folder) if record is None else record
     try:
         spec = family_spec(record["family"])
     except UnknownFamilyError as err:
         raise DrafterError(f"{folder}: {err}") from err
-    request = DrafterRequest(proposal, num_speculative_tokens, tree, static_cache)
+    request = DrafterRequest(proposal, num_speculative_tokens, tree, cache)
     if proposal == "tree" and not spec.drafts_trees:
         tree_families = [s.display_name for s in family_specs().values() if s.drafts_trees]
         raise ProposerError(
@@ -160,7 +160,7 @@ def load(
     dtype: torch.dtype = torch.float32,
     device=None,
     zoos: list[Path] | None = None,
-    static_cache: bool = False,
+    cache: CacheSettings = GROWING,
 ) -> SpeculativeGenerator:
     """A `SpeculativeGenerator` for a published drafter (zoo name) or a drafter folder.
 
@@ -170,7 +170,8 @@ def load(
     evaluation used (a chain of `NUM_SPECULATIVE_TOKENS` when unpublished);
     `num_speculative_tokens=None` chooses the length every round from the measured acceptance
     and draft/verify cost (`AdaptiveLength`).
-    `static_cache`: preallocated KV caches for the target and the drafter, whose decode
+    `cache`: how the target's and the drafter's KV caches are kept, e.g.
+    `CacheSettings(static=True, max_length=4096)`: buffers allocated once, whose decode
     forwards replay as CUDA graphs on a GPU.
     """
     folder, entry = resolve_drafter(name_or_path, zoos)
@@ -192,7 +193,7 @@ def load(
         proposal or serving.get("proposal", "chain"),
         _speculative_tokens(num_speculative_tokens, serving),
         tree if tree is not None else serving.get("tree"),
-        static_cache,
+        cache,
         record,
     )
     generator = SpeculativeGenerator(
@@ -200,7 +201,7 @@ def load(
         tokenizer,
         runtime.make_proposer(),
         runtime.num_speculative_tokens,
-        static_cache=static_cache,
+        cache,
     )
     generator.drafter = runtime
     return generator
@@ -228,7 +229,7 @@ def build_generator(
     num_speculative_tokens: int | None = None,
     tree: TreeSettings | None = None,
     device: str | None = None,
-    static_cache: bool = False,
+    cache: CacheSettings = GROWING,
 ) -> SpeculativeGenerator:
     """The generator `draftzoo generate` runs: a draftzoo `drafter` (folder or zoo name; its
     own target by default), a plain `draft_model` (any causal LM on the target's tokenizer),
@@ -248,7 +249,7 @@ def build_generator(
             num_speculative_tokens=num_speculative_tokens,
             tree=tree,
             device=device,
-            static_cache=static_cache,
+            cache=cache,
         )
     if proposal != "chain":
         raise ProposerError("trees need a drafter that drafts them (--drafter)")
@@ -260,8 +261,6 @@ def build_generator(
         location = target_location(draft_model)
         draft = load_causal_lm(location, dtype=torch.float32).to(model.device)
         proposer = DraftModelProposer(
-            draft, AutoTokenizer.from_pretrained(location), tokenizer, static_cache=static_cache
+            draft, AutoTokenizer.from_pretrained(location), tokenizer, cache
         )
-    return SpeculativeGenerator(
-        model, tokenizer, proposer, num_speculative_tokens, static_cache=static_cache
-    )
+    return SpeculativeGenerator(model, tokenizer, proposer, num_speculative_tokens, cache)

@@ -29,6 +29,7 @@ from ..architectures.lora_adapter import adapter_dir, merge_adapter
 from ..architectures.medusa import MedusaHeads, load_medusa
 from ..architectures.medusa_tree import calibrated_choices, estimated_acceptance
 from ..architectures.target import TargetAdapter
+from .cache_settings import GROWING, CacheSettings
 from .drafter_request import DrafterRequest, LoadedDrafter
 from .graphs import CapturedCall, use_cuda_graphs
 from .proposers import Proposer, ProposerError
@@ -139,17 +140,16 @@ def calibrated_tree(record: dict) -> MedusaTree | None:
 class MedusaProposer(Proposer):
     """Drafts with Medusa heads; a chain, or a static tree when `tree` is given.
 
-    `static_cache`: the heads' round (heads, ranking or Gumbel-max draws, the tree's gather)
-    replays as a CUDA graph on CUDA, one per depth and sampling setting (`cuda_graphs`: None =
-    on when the heads are on CUDA); the heads keep no cache, so nothing else changes."""
+    A static `cache`: the heads' round (heads, ranking or Gumbel-max draws, the tree's gather)
+    replays as a CUDA graph on CUDA, one per depth and sampling setting; the heads keep no
+    cache, so nothing else changes."""
 
     def __init__(
         self,
         heads: MedusaHeads,
         target_layer: int,
         tree: MedusaTree | None = None,
-        static_cache: bool = False,
-        cuda_graphs: bool | None = None,
+        cache: CacheSettings = GROWING,
     ) -> None:
         if tree is not None and tree.depth > heads.num_heads:
             raise ProposerError(
@@ -160,7 +160,7 @@ class MedusaProposer(Proposer):
         self.tree = tree
         self.target_layers = (target_layer,)
         self.device = heads.lm_heads[0].weight.device
-        self.use_graphs = static_cache and use_cuda_graphs(self.device, cuda_graphs)
+        self.use_graphs = cache.static and use_cuda_graphs(self.device, cache.cuda_graphs)
         self._graphs: dict[tuple, CapturedCall] = {}
         #: per depth: the tree's cells in the [depth, top_k] ranking, parents, node heads
         self._layouts: dict[int, tuple[torch.Tensor, list[int], torch.Tensor]] = {}
@@ -288,10 +288,15 @@ def load_runtime(folder: Path, record: dict, target, tokenizer, request: Drafter
             tree = MedusaTree(tuple(tuple(path) for path in request.published_tree["choices"]))
         tree = resolve_medusa_tree(tree or TreeSettings(), heads.num_heads, calibrated_tree(record))
 
-    def make() -> Proposer:
-        return MedusaProposer(heads, adapter.num_layers, tree, request.static_cache)
+    # built now, so a tree the heads cannot draft is refused before the target is touched;
+    # the first request gets it
+    built = [MedusaProposer(heads, adapter.num_layers, tree, request.cache)]
 
-    make()  # a tree the heads cannot draft is refused before the target is touched
+    def make() -> Proposer:
+        return (
+            built.pop() if built else MedusaProposer(heads, adapter.num_layers, tree, request.cache)
+        )
+
     if family_spec(record["family"]).adapts_target:
         merge_adapter(target, adapter_dir(folder))
     return LoadedDrafter(heads, make, tree)

@@ -28,6 +28,7 @@ import torch
 
 from ..architectures.mtp import MtpDrafter, load_mtp
 from ..architectures.target import TargetAdapter
+from .cache_settings import GROWING, CacheSettings
 from .drafter_request import DrafterRequest, LoadedDrafter
 from .kv_cache import cache_nbytes, crop_layers
 from .mtp_static import StaticModules
@@ -40,21 +41,18 @@ from .tree import Proposal
 class MtpProposer(Proposer):
     """Drafts chains with an `MtpDrafter` (trees are not offered: one path per module).
 
-    `static_cache`: the modules' caches are preallocated for `max_cache_length` positions and
-    their forwards replay as CUDA graphs on CUDA (`mtp_static.py`; `cuda_graphs`: None = on
-    when the drafter is on CUDA)."""
+    A static `cache`: the modules' caches are preallocated for its `max_length` positions and
+    their forwards replay as CUDA graphs on CUDA (`mtp_static.py`)."""
 
     def __init__(
         self,
         drafter: MtpDrafter,
-        static_cache: bool = False,
-        max_cache_length: int = 2048,
-        cuda_graphs: bool | None = None,
+        cache: CacheSettings = GROWING,
     ) -> None:
         self.drafter = drafter.eval()
         self.static = None
-        if static_cache:
-            self.static = StaticModules(drafter, max_cache_length, cuda_graphs)
+        if cache.static:
+            self.static = StaticModules(drafter, cache.max_length, cache.cuda_graphs)
         self.target_layers = drafter.layers_read
         weight = drafter.layers[0].eh_proj.weight
         self.device, self.dtype = weight.device, weight.dtype
@@ -192,6 +190,6 @@ def load_runtime(folder: Path, record: dict, target, tokenizer, request: Drafter
     drafter = load_mtp(Path(folder), adapter, dtype=target.dtype, record=record)
 
     def make() -> Proposer:
-        return MtpProposer(drafter, static_cache=request.static_cache)
+        return MtpProposer(drafter, request.cache)
 
     return LoadedDrafter(drafter, make)

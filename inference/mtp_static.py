@@ -67,7 +67,7 @@ class StaticModules:
         if first + width > self.size:
             raise GenerationError(
                 f"the MTP drafter's static cache holds {self.size} slots; this forward needs "
-                f"{first + width} (raise max_cache_length)"
+                f"{first + width} (raise the cache's max_length)"
             )
         if not self.use_graphs or width > self.max_graph_width:
             self._slots.limit = first + width

@@ -7,6 +7,7 @@ from typing import Protocol
 import torch
 
 from ..architectures.errors import DraftzooError
+from .cache_settings import GROWING, CacheSettings
 from .kv_cache import cache_kwargs, cache_nbytes, crop
 from .sampling import SamplingParams, probabilities, sample
 from .static_forward import StaticForward
@@ -85,7 +86,7 @@ class DraftModelProposer(Proposer):
 
     Its KV cache follows the context: before drafting it is cropped to the longest prefix it
     shares with the committed tokens, so rejected drafts are rolled back and only new tokens
-    are fed. With `static_cache` the cache is preallocated (`StaticForward`: CUDA graphs on
+    are fed. With a static `cache` it is preallocated (`StaticForward`: CUDA graphs on
     CUDA) and greedy drafting keeps its tokens on the device: the verification reads them with
     the target's answer, the round's one host read.
     """
@@ -95,9 +96,7 @@ class DraftModelProposer(Proposer):
         model,
         tokenizer=None,
         target_tokenizer=None,
-        static_cache: bool = False,
-        max_cache_length: int = 2048,
-        cuda_graphs: bool | None = None,
+        cache: CacheSettings = GROWING,
     ) -> None:
         both = tokenizer is not None and target_tokenizer is not None
         if both and not vocabularies_match(tokenizer, target_tokenizer):
@@ -108,7 +107,9 @@ class DraftModelProposer(Proposer):
             )
         self.model = model.eval()
         self.device = next(model.parameters()).device
-        self.static = StaticForward(model, max_cache_length, cuda_graphs) if static_cache else None
+        self.static = None
+        if cache.static:
+            self.static = StaticForward(model, cache.max_length, cache.cuda_graphs)
         self.cache = None
         self.cached_ids: list[int] = []
         self._drafted: Proposal | None = None  # fed drafts not yet in `cached_ids`

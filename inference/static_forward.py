@@ -157,7 +157,7 @@ class StaticForward:
         if self.length + width > self.size:
             raise GenerationError(
                 f"the static cache holds {self.size} slots; this forward needs "
-                f"{self.length + width} (raise max_cache_length)"
+                f"{self.length + width} (raise the cache's max_length)"
             )
         chain = ancestors is None
         if chain:

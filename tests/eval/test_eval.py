@@ -247,12 +247,14 @@ def test_eval_command_measures_on_static_caches(tiny_drafters, testbed_tiny, tmp
         *("--prompts", "2", "--max-new-tokens", "12", "--temperatures", "0"),
         *("--batch-sizes", "1", "2", "--num-speculative-tokens", "3"),
         *("--certificate-samples", "60", "--certificate-prompts", "1"),
-        *("--static-cache", "--device", "cpu", "--output-dir", str(out)),
+        *("--static-cache", "--max-cache-length", "300", "--device", "cpu"),
+        *("--output-dir", str(out)),
     ]
     assert main(argv) == 0
     capsys.readouterr()
     report = json.loads((out / "report.json").read_text())
     assert report["config"]["static_cache"] is True
+    assert report["config"]["max_cache_length"] == 300
     assert report["hardware"]["device"] == "cpu"
     for result in report["results"]:
         assert result["greedy_identity"]["rate"] == 1.0

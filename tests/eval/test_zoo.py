@@ -10,6 +10,7 @@ import draftzoo
 from draftzoo.architectures.drafter_io import checkpoint_hash
 from draftzoo.architectures.zoo_index import ZooIndex, builtin_zoo_dir
 from draftzoo.data.prompts import load_prompt_set
+from draftzoo.inference.cache_settings import CacheSettings
 from draftzoo.inference.sampling import SamplingParams
 
 ENTRIES = ZooIndex(builtin_zoo_dir()).entries()
@@ -76,8 +77,9 @@ def test_load_with_static_caches_gives_the_same_tokens(name):
     """The target's cache and the drafter's (a draft LM, an EAGLE chain) preallocated."""
     prompt = load_prompt_set("humaneval")[0]
     plain = draftzoo.load(name, proposal="chain")
-    static = draftzoo.load(name, proposal="chain", static_cache=True)
-    assert static.static is not None and static.proposer.static is not None
+    cache = CacheSettings(static=True, max_length=1024)
+    static = draftzoo.load(name, proposal="chain", cache=cache)
+    assert static.static.max_length == 1024 and static.proposer.static is not None
     text = prompt.render(plain.tokenizer, chat=True)
     params = SamplingParams(max_new_tokens=48)
     fast, slow = static.generate(text, params), plain.generate(text, params)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from draftzoo.inference.batch import BatchGenerator
+from draftzoo.inference.cache_settings import CacheSettings
 from draftzoo.inference.generate import GenerationError
 from draftzoo.inference.proposers import DraftModelProposer, PromptLookupProposer
 from draftzoo.inference.sampling import SamplingParams
@@ -27,7 +28,12 @@ def batch_generator(model, tokenizer, factory, gamma: int, cache: str, **kwargs)
     static forward through the buffers a CUDA graph captures, run eagerly off CUDA)."""
     static = cache != "dynamic"
     batch = BatchGenerator(
-        model, tokenizer, factory, gamma, static_cache=static, max_cache_length=256, **kwargs
+        model,
+        tokenizer,
+        factory,
+        gamma,
+        cache=CacheSettings(static=static, max_length=256),
+        **kwargs,
     )
     if cache == "graph-buffers":
         batch._forward(len(PROMPTS)).use_graphs = True
@@ -106,7 +112,7 @@ def test_the_static_batch_refuses_what_it_cannot_hold_and_grows_with_the_batch(
     target_and_tokenizer, reference
 ):
     model, tokenizer = target_and_tokenizer
-    batch = BatchGenerator(model, tokenizer, static_cache=True, max_cache_length=80)
+    batch = BatchGenerator(model, tokenizer, cache=CacheSettings(static=True, max_length=80))
     with pytest.raises(GenerationError, match="do not fit the static cache's 80 positions"):
         batch.generate([list(range(1, 20))], SamplingParams(max_new_tokens=70))
     first = batch.generate(PROMPTS[1:2], SamplingParams(max_new_tokens=32))
@@ -129,7 +135,7 @@ def test_a_greedy_batched_round_reads_the_host_once(target_and_tokenizer, refere
     noisy = perturbed_copy(model, 0.5)
 
     def factory():
-        return DraftModelProposer(noisy, static_cache=True, max_cache_length=256)
+        return DraftModelProposer(noisy, cache=CacheSettings(static=True, max_length=256))
 
     batch = batch_generator(model, tokenizer, factory, 3, cache)
     with count_host_reads() as reads:

@@ -16,6 +16,7 @@ import torch
 from draftzoo.architectures.zoo_index import builtin_zoo_dir
 from draftzoo.data.prompts import load_prompt_set
 from draftzoo.inference.batch import BatchGenerator
+from draftzoo.inference.cache_settings import CacheSettings
 from draftzoo.inference.eagle import EagleProposer, TreeSettings
 from draftzoo.inference.generate import SpeculativeGenerator
 from draftzoo.inference.proposers import DraftModelProposer
@@ -47,11 +48,13 @@ def _proposers(target, tokenizer):
     eagle = EagleProposer.from_pretrained(builtin_zoo_dir() / "eagle3-testbed-small", target)
     return {
         "target-only": None,
-        "draft-lm": DraftModelProposer(draft, static_cache=True),
+        "draft-lm": DraftModelProposer(draft, cache=CacheSettings(static=True)),
         "eagle3-chain": eagle,
-        "eagle3-chain-graphed": EagleProposer(eagle.drafter, static_cache=True),
+        "eagle3-chain-graphed": EagleProposer(eagle.drafter, cache=CacheSettings(static=True)),
         "eagle3-tree": EagleProposer(eagle.drafter, TreeSettings()),
-        "eagle3-tree-graphed": EagleProposer(eagle.drafter, TreeSettings(), static_cache=True),
+        "eagle3-tree-graphed": EagleProposer(
+            eagle.drafter, TreeSettings(), cache=CacheSettings(static=True)
+        ),
     }
 
 
@@ -71,7 +74,7 @@ def test_graphed_greedy_output_equals_eager_target_only(target_on_gpu, name):
     params = SamplingParams(max_new_tokens=64)
     eager = SpeculativeGenerator(target, tokenizer)
     proposer = _proposers(target, tokenizer)[name]
-    graphed = SpeculativeGenerator(target, tokenizer, proposer, 4, static_cache=True)
+    graphed = SpeculativeGenerator(target, tokenizer, proposer, 4, cache=CacheSettings(static=True))
     assert graphed.static.use_graphs
     for prompt in prompts:
         expected = eager.generate(prompt, params).token_ids
@@ -107,9 +110,13 @@ def test_eagle_drafts_as_well_on_cuda_as_on_cpu(target_on_gpu, family):
     )
     proposer = EagleProposer.from_pretrained(folder, target)
     eager = SpeculativeGenerator(target, tokenizer, proposer, 4)
-    graphed = SpeculativeGenerator(target, tokenizer, proposer, 4, static_cache=True)
+    graphed = SpeculativeGenerator(target, tokenizer, proposer, 4, cache=CacheSettings(static=True))
     drafter_graphed = SpeculativeGenerator(
-        target, tokenizer, EagleProposer(proposer.drafter, static_cache=True), 4, static_cache=True
+        target,
+        tokenizer,
+        EagleProposer(proposer.drafter, cache=CacheSettings(static=True)),
+        4,
+        cache=CacheSettings(static=True),
     )
     expected = _tau(on_cpu, prompts, params)
     measured = {
@@ -130,7 +137,7 @@ def test_a_graphed_greedy_round_synchronises_once(target_on_gpu, name):
     target, tokenizer, prompts = target_on_gpu
     params = SamplingParams(max_new_tokens=32)
     proposer = _proposers(target, tokenizer)[name]
-    graphed = SpeculativeGenerator(target, tokenizer, proposer, 4, static_cache=True)
+    graphed = SpeculativeGenerator(target, tokenizer, proposer, 4, cache=CacheSettings(static=True))
     graphed.generate(prompts[0], params)
     torch.cuda.synchronize()
     with warnings.catch_warnings(record=True) as caught:
@@ -154,10 +161,12 @@ def test_graphed_batches_equal_eager_target_only(target_on_gpu, name):
     proposer = _proposers(target, tokenizer)[name]
     factories = {
         "target-only": None,
-        "draft-lm": lambda: DraftModelProposer(proposer.model, static_cache=True),
-        "eagle3-chain-graphed": lambda: EagleProposer(proposer.drafter, static_cache=True),
+        "draft-lm": lambda: DraftModelProposer(proposer.model, cache=CacheSettings(static=True)),
+        "eagle3-chain-graphed": lambda: EagleProposer(
+            proposer.drafter, cache=CacheSettings(static=True)
+        ),
     }
-    batch = BatchGenerator(target, tokenizer, factories[name], 4, static_cache=True)
+    batch = BatchGenerator(target, tokenizer, factories[name], 4, cache=CacheSettings(static=True))
     out = batch.generate(prompts, params)
     assert [o.token_ids for o in out.outputs] == expected, name
     assert batch._static.use_graphs and batch._static._shapes

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from draftzoo.inference.batch import BatchGenerator
+from draftzoo.inference.cache_settings import CacheSettings
 from draftzoo.inference.eagle import EagleProposer, TreeSettings
 from draftzoo.inference.errors import GenerationError
 from draftzoo.inference.generate import SpeculativeGenerator
@@ -78,10 +79,9 @@ def test_greedy_output_equals_target_only_batch_1_and_4(
     static = BatchGenerator(
         model,
         tokenizer,
-        lambda: EagleProposer(drafter, tree, static_cache=True, max_cache_length=256),
+        lambda: EagleProposer(drafter, tree, cache=CacheSettings(static=True, max_length=256)),
         num_speculative_tokens=4,
-        static_cache=True,
-        max_cache_length=256,
+        cache=CacheSettings(static=True, max_length=256),
     )
     static._forward(len(PROMPTS)).use_graphs = True
     with count_host_reads() as reads:
@@ -115,12 +115,12 @@ def test_static_drafting_proposes_what_the_growing_cache_proposes(
     proposals, outputs = {}, {}
     for name in ("growing", "static", "graph-buffers"):
         static = name != "growing"
-        inner = EagleProposer(drafter, tree, static_cache=static, max_cache_length=256)
+        inner = EagleProposer(drafter, tree, cache=CacheSettings(static=static, max_length=256))
         if name == "graph-buffers":
             inner.static.use_graphs = True
         proposer = RecordingProposer(inner)
         generator = SpeculativeGenerator(
-            model, tokenizer, proposer, 4, static_cache=static, max_cache_length=256
+            model, tokenizer, proposer, 4, cache=CacheSettings(static=static, max_length=256)
         )
         outs = [generator.generate(p, params) for p in PROMPTS]
         outputs[name] = [(o.token_ids, o.metrics.num_target_forwards) for o in outs]
@@ -142,9 +142,9 @@ def test_a_greedy_static_round_reads_the_host_once(drafters, target_and_tokenize
     model, tokenizer = target_and_tokenizer
     kind, tree = STATIC_CASES[case]
     drafter = EagleProposer.from_pretrained(drafters[kind], model, tokenizer).drafter
-    proposer = EagleProposer(drafter, tree, static_cache=True, max_cache_length=256)
+    proposer = EagleProposer(drafter, tree, cache=CacheSettings(static=True, max_length=256))
     generator = SpeculativeGenerator(
-        model, tokenizer, proposer, 4, static_cache=True, max_cache_length=256
+        model, tokenizer, proposer, 4, cache=CacheSettings(static=True, max_length=256)
     )
     params = SamplingParams(max_new_tokens=32)
     assert_reads_per_round(generator, PROMPTS, reference, params)
@@ -153,11 +153,11 @@ def test_a_greedy_static_round_reads_the_host_once(drafters, target_and_tokenize
 def test_static_chain_refuses_what_it_cannot_hold(drafters, target_and_tokenizer):
     model, tokenizer = target_and_tokenizer
     drafter = EagleProposer.from_pretrained(drafters["eagle3"], model, tokenizer).drafter
-    proposer = EagleProposer(drafter, static_cache=True, max_cache_length=256)
+    proposer = EagleProposer(drafter, cache=CacheSettings(static=True, max_length=256))
     generator = SpeculativeGenerator(model, tokenizer, proposer, 20)
     with pytest.raises(GenerationError, match="chains of 1 to 16 tokens, not 20"):
         generator.generate(PROMPTS[0], SamplingParams(max_new_tokens=24))
-    proposer = EagleProposer(drafter, static_cache=True, max_cache_length=16)
+    proposer = EagleProposer(drafter, cache=CacheSettings(static=True, max_length=16))
     generator = SpeculativeGenerator(model, tokenizer, proposer, 4)
     with pytest.raises(GenerationError, match="static cache holds 16 positions"):
         generator.generate(list(range(5, 30)), SamplingParams(max_new_tokens=4))
@@ -244,7 +244,9 @@ def test_static_target_cache_keeps_eagle_outputs_and_tau(drafters, target_and_to
     params = SamplingParams(max_new_tokens=32)
     for kind, tree in CASES.values():
         proposer = EagleProposer.from_pretrained(drafters[kind], model, tokenizer, tree)
-        static = SpeculativeGenerator(model, tokenizer, proposer, 4, static_cache=True)
+        static = SpeculativeGenerator(
+            model, tokenizer, proposer, 4, cache=CacheSettings(static=True)
+        )
         dynamic = SpeculativeGenerator(model, tokenizer, proposer, 4)
         for prompt, expected in zip(PROMPTS, reference, strict=True):
             fast, slow = static.generate(prompt, params), dynamic.generate(prompt, params)

@@ -19,6 +19,7 @@ from collections import Counter
 import pytest
 import torch
 
+from draftzoo.inference.cache_settings import CacheSettings
 from draftzoo.inference.generate import SpeculativeGenerator
 from draftzoo.inference.proposers import DraftModelProposer
 from draftzoo.inference.sampling import SamplingParams, probabilities, sample
@@ -228,8 +229,7 @@ def test_batched_speculative_sampling_matches_the_target_distribution(target_exa
         None,
         lambda: DraftModelProposer(bad),
         num_speculative_tokens=2,
-        static_cache=static,
-        max_cache_length=32,
+        cache=CacheSettings(static=static, max_length=32),
     )
     if static:
         batch._forward(4).use_graphs = True

@@ -10,6 +10,7 @@ import torch
 
 import draftzoo
 from draftzoo.inference.batch import BatchGenerator
+from draftzoo.inference.cache_settings import CacheSettings
 from draftzoo.inference.eagle import TreeSettings
 from draftzoo.inference.generate import SpeculativeGenerator
 from draftzoo.inference.load import load_drafter
@@ -68,10 +69,12 @@ def test_a_greedy_round_reads_the_host_once(heads_folder, target_and_tokenizer, 
     heads run on the buffers a CUDA graph captures (eagerly off CUDA)."""
     model, tokenizer = target_and_tokenizer
     loaded = MedusaProposer.from_pretrained(heads_folder, model, tokenizer)
-    proposer = MedusaProposer(loaded.heads, loaded.target_layers[0], tree, static_cache=True)
+    proposer = MedusaProposer(
+        loaded.heads, loaded.target_layers[0], tree, cache=CacheSettings(static=True)
+    )
     proposer.use_graphs = True  # buffers without graphs off CUDA
     generator = SpeculativeGenerator(
-        model, tokenizer, proposer, 3, static_cache=True, max_cache_length=256
+        model, tokenizer, proposer, 3, cache=CacheSettings(static=True, max_length=256)
     )
     params = SamplingParams(max_new_tokens=32)
     assert_reads_per_round(generator, PROMPTS, reference, params)

@@ -10,6 +10,7 @@ import torch
 
 from draftzoo.architectures.target import TargetAdapter
 from draftzoo.inference.batch import BatchGenerator
+from draftzoo.inference.cache_settings import CacheSettings
 from draftzoo.inference.generate import SpeculativeGenerator, fused_states
 from draftzoo.inference.load import load_drafter
 from draftzoo.inference.mtp import MtpProposer
@@ -46,7 +47,7 @@ def test_a_greedy_round_reads_the_host_once(drafters, target_and_tokenizer, refe
     model, tokenizer = target_and_tokenizer
     proposer = MtpProposer.from_pretrained(drafters[depth], model, tokenizer)
     generator = SpeculativeGenerator(
-        model, tokenizer, proposer, 3, static_cache=True, max_cache_length=256
+        model, tokenizer, proposer, 3, cache=CacheSettings(static=True, max_length=256)
     )
     params = SamplingParams(max_new_tokens=32)
     assert_reads_per_round(generator, PROMPTS, reference, params)
@@ -64,7 +65,7 @@ def test_static_modules_propose_what_the_growing_cache_proposes(
     params = SamplingParams(max_new_tokens=32)
     proposals = {}
     for name in ("growing", "static", "graph-buffers"):
-        inner = MtpProposer(drafter, static_cache=name != "growing", max_cache_length=256)
+        inner = MtpProposer(drafter, cache=CacheSettings(static=name != "growing", max_length=256))
         if name == "graph-buffers":
             inner.static.use_graphs = True
         proposer = RecordingProposer(inner)

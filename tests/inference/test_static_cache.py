@@ -7,6 +7,7 @@ graphs capture (the slots, positions and masks are computed the same way).
 import pytest
 import torch
 
+from draftzoo.inference.cache_settings import CacheSettings
 from draftzoo.inference.generate import GenerationError, SpeculativeGenerator
 from draftzoo.inference.proposers import DraftModelProposer, PromptLookupProposer
 from draftzoo.inference.sampling import SamplingParams
@@ -26,7 +27,9 @@ def _proposers(model, noisy):
     return {
         "target-only": None,
         "prompt-lookup": PromptLookupProposer(1, 3),
-        "draft-lm-static": DraftModelProposer(noisy, static_cache=True, max_cache_length=256),
+        "draft-lm-static": DraftModelProposer(
+            noisy, cache=CacheSettings(static=True, max_length=256)
+        ),
         "draft-lm-dynamic": DraftModelProposer(noisy),
         "tree-noisy": TopKTreeProposer(noisy, width=2),
     }
@@ -39,7 +42,7 @@ def test_greedy_output_and_tau_equal_the_growing_cache(target_and_tokenizer):
     reference = [SpeculativeGenerator(model, tokenizer).generate(p, params) for p in PROMPTS]
     for name, proposer in _proposers(model, noisy).items():
         static = SpeculativeGenerator(
-            model, tokenizer, proposer, 4, static_cache=True, max_cache_length=256
+            model, tokenizer, proposer, 4, cache=CacheSettings(static=True, max_length=256)
         )
         dynamic = SpeculativeGenerator(model, tokenizer, proposer, 4)
         for prompt, expected in zip(PROMPTS, reference, strict=True):
@@ -58,9 +61,9 @@ def test_a_greedy_static_round_reads_the_host_once(target_and_tokenizer, name):
     noisy = perturbed_copy(model, 0.5)
     proposer = None
     if name == "draft-lm":
-        proposer = DraftModelProposer(noisy, static_cache=True, max_cache_length=256)
+        proposer = DraftModelProposer(noisy, cache=CacheSettings(static=True, max_length=256))
     generator = SpeculativeGenerator(
-        model, tokenizer, proposer, 4, static_cache=True, max_cache_length=256
+        model, tokenizer, proposer, 4, cache=CacheSettings(static=True, max_length=256)
     )
     params = SamplingParams(max_new_tokens=40)
     plain = SpeculativeGenerator(model, tokenizer)
@@ -99,9 +102,9 @@ def test_static_sampling_matches_the_target_distribution(target_exact):  # noqa:
     and both caches static (same threshold, false alarm < 1e-6)."""
     target, exact = target_exact
     bad = _tiny_lm(seed=7, sharpness=60.0)
-    proposer = DraftModelProposer(bad, static_cache=True, max_cache_length=16)
+    proposer = DraftModelProposer(bad, cache=CacheSettings(static=True, max_length=16))
     generator = SpeculativeGenerator(
-        target, None, proposer, 2, static_cache=True, max_cache_length=16
+        target, None, proposer, 2, cache=CacheSettings(static=True, max_length=16)
     )
     counts, accepted = sample_outcomes(generator)
     assert _tv(counts, exact) < _threshold(exact)
@@ -110,7 +113,9 @@ def test_static_sampling_matches_the_target_distribution(target_exact):  # noqa:
 
 def test_static_cache_refuses_what_it_cannot_hold(target_and_tokenizer):
     model, tokenizer = target_and_tokenizer
-    generator = SpeculativeGenerator(model, tokenizer, static_cache=True, max_cache_length=32)
+    generator = SpeculativeGenerator(
+        model, tokenizer, cache=CacheSettings(static=True, max_length=32)
+    )
     with pytest.raises(GenerationError, match="do not fit the static cache's 32 positions"):
         generator.generate(list(range(1, 20)), SamplingParams(max_new_tokens=20))
     with pytest.raises(GenerationError, match="CUDA graphs need a model on CUDA"):
@@ -124,11 +129,11 @@ def test_graph_buffers_give_the_same_tokens(target_and_tokenizer):
     noisy = perturbed_copy(model, 0.5)
     params = SamplingParams(max_new_tokens=40)
     reference = [SpeculativeGenerator(model, tokenizer).generate(p, params) for p in PROMPTS]
-    draft = DraftModelProposer(noisy, static_cache=True, max_cache_length=256)
+    draft = DraftModelProposer(noisy, cache=CacheSettings(static=True, max_length=256))
     draft.static.use_graphs = True
     for proposer in (draft, TopKTreeProposer(noisy, width=2)):
         generator = SpeculativeGenerator(
-            model, tokenizer, proposer, 4, static_cache=True, max_cache_length=256
+            model, tokenizer, proposer, 4, cache=CacheSettings(static=True, max_length=256)
         )
         generator.static.use_graphs = True  # buffers without graphs off CUDA
         for prompt, expected in zip(PROMPTS, reference, strict=True):
@@ -148,6 +153,15 @@ def test_generate_command_and_load_take_the_static_cache(testbed_tiny, capsys):
     static = capsys.readouterr().out
     text = lambda out: out.split("--- finish")[0]  # noqa: E731
     assert text(static) == text(growing) and "mean_acceptance_length:" in static
+    assert main([*base, "--static-cache", "--max-cache-length", "16"]) == 2
+    assert "static cache's 16 positions" in capsys.readouterr().err
+
+
+def test_cache_settings_refuse_contradictions():
+    with pytest.raises(GenerationError, match="cache length must be >= 1"):
+        CacheSettings(static=True, max_length=0)
+    with pytest.raises(GenerationError, match="set static too"):
+        CacheSettings(cuda_graphs=True)
 
 
 def test_a_tree_may_reach_past_the_last_position_it_can_commit(target_and_tokenizer):
@@ -159,6 +173,6 @@ def test_a_tree_may_reach_past_the_last_position_it_can_commit(target_and_tokeni
     expected = SpeculativeGenerator(model, tokenizer).generate(prompt, params).token_ids
     tree = TopKTreeProposer(perturbed_copy(model, 0.5), width=2)
     generator = SpeculativeGenerator(
-        model, tokenizer, tree, 4, static_cache=True, max_cache_length=len(prompt) + 12
+        model, tokenizer, tree, 4, cache=CacheSettings(static=True, max_length=len(prompt) + 12)
     )
     assert generator.generate(prompt, params).token_ids == expected
