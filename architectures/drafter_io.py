@@ -82,15 +82,21 @@ def check_replaceable(output_dir: Path) -> None:
         raise OutputDirError(f"{output_dir} is a file; name a folder to write into")
     if not any(output_dir.iterdir()) or (output_dir / RECORD_FILE).is_file():
         return
-    try:
-        config = json.loads((output_dir / "config.json").read_text())
-    except (OSError, ValueError):
-        config = None
-    if not (isinstance(config, dict) and "draftzoo" in config):
+    if not is_marked_export(output_dir):
         raise OutputDirError(
             f"{output_dir} already holds files draftzoo did not write, and the output folder is "
             "replaced whole; name a new folder"
         )
+
+
+def is_marked_export(folder: Path) -> bool:
+    """Whether `folder` holds an export draftzoo wrote: a `config.json` with a `draftzoo`
+    entry (every exporter writes one)."""
+    try:
+        config = json.loads((Path(folder) / "config.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(config, dict) and "draftzoo" in config
 
 
 def replace_dir(tmp: Path, output_dir: Path) -> Path:

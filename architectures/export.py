@@ -52,6 +52,7 @@ import torch
 
 from .drafter_io import (
     check_replaceable,
+    is_marked_export,
     output_path,
     read_drafter_record,
     read_drafter_weights,
@@ -310,11 +311,7 @@ def _embedding_asked(spec, fmt: str, embed_tokens: bool | None) -> bool:
 def _check_marked(folder: Path, family: str, fmt: str) -> None:
     """Every export carries a `draftzoo` entry in its config.json, which is how a later export
     knows the folder is one it may replace (`check_replaceable`)."""
-    try:
-        config = json.loads((folder / "config.json").read_text())
-    except (OSError, ValueError):
-        config = None
-    if not (isinstance(config, dict) and "draftzoo" in config):
+    if not is_marked_export(folder):
         raise ExportError(
             f"the {family} exporter for {fmt!r} wrote no config.json with a 'draftzoo' entry, "
             "so the folder could not be recognised as draftzoo's later"

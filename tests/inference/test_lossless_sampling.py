@@ -112,7 +112,8 @@ def _eagle3(target, tree: bool, static: bool = False):
     # the tree: 2 sampled children per node, the 3 best nodes of each depth expanded (3 of
     # the 4 nodes at depth 2 get children), 12 tokens
     tree_settings = TreeSettings(top_k=3, depth=3, total_tokens=12, sampled_children=2)
-    proposer = EagleProposer(drafter.eval(), tree_settings if tree else None, static, 64)
+    cache = CacheSettings(static=static, max_length=64)
+    proposer = EagleProposer(drafter.eval(), tree_settings if tree else None, cache)
     if static:
         proposer.static.use_graphs = True
     return proposer
@@ -134,7 +135,10 @@ def _medusa(target, tree: bool, static: bool = False):
             block.layers[0].weight.normal_(0, 0.5)
     choices = ((0,), (1,), (0, 0), (0, 1), (1, 0), (0, 0, 0), (0, 0, 1), (0, 1, 0), (1, 0, 0))
     proposer = MedusaProposer(
-        heads.eval(), adapter.num_layers, MedusaTree(choices) if tree else None, static
+        heads.eval(),
+        adapter.num_layers,
+        MedusaTree(choices) if tree else None,
+        CacheSettings(static=static),
     )
     proposer.use_graphs = static
     return proposer
@@ -149,7 +153,8 @@ def _mtp(target, static: bool = False):
     from draftzoo.inference.mtp import MtpProposer
 
     torch.manual_seed(4)
-    proposer = MtpProposer(build_mtp(MtpConfig(depth=2), TargetAdapter(target)).eval(), static, 64)
+    drafter = build_mtp(MtpConfig(depth=2), TargetAdapter(target)).eval()
+    proposer = MtpProposer(drafter, CacheSettings(static=static, max_length=64))
     if static:
         proposer.static.use_graphs = True
     return proposer
