@@ -3,15 +3,16 @@
     python bench/forward_cost.py --device cuda
 
 On the target (testbed-small unless --target), after a 200-token prefix: milliseconds of one
-1-token eager forward on a transformers `DynamicCache`; one replay of the captured width-1 graph
-(`StaticForward`); one `StaticForward.forward` (the replay plus its input copies); and one
-target-only round of `SpeculativeGenerator` on the static cache (forward, greedy acceptance with
-its host read, commit). Each is the mean of --steps timed calls after warm-up, synchronised.
+1-token eager forward on a transformers `DynamicCache`; one replay of the captured width-1
+graph (`StaticForward`, one row); one `StaticForward.forward` (the replay plus its input
+copies); and one target-only round of `SpeculativeGenerator` on the static cache (forward,
+greedy acceptance with its host read, commit). Each is the mean of --steps timed calls after
+warm-up, synchronised.
 
-`--widths 1 5 13 61` adds what a verification forward of w tokens costs on a `DynamicCache`
-(eager, as the CPU runtime verifies), for a chain and for a tree of the same size (explicit
-ancestor mask and depth positions), and its ratio to one token: a round of w tokens pays off
-only when tau exceeds that ratio plus the drafting's share.
+`--widths 1 5 13 61` adds what a verification forward of w tokens costs on a growing cache
+(`GrowingForward`, eager, as the CPU runtime verifies), for a chain and for a tree of the same
+size (explicit ancestor mask and depth positions), and its ratio to one token: a round of w
+tokens pays off only when tau exceeds that ratio plus the drafting's share.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ import torch
 from transformers import AutoModelForCausalLM, DynamicCache
 
 from draftzoo.inference.cache_settings import CacheSettings
-from draftzoo.inference.generate import SpeculativeGenerator, tree_forward_kwargs
+from draftzoo.inference.generate import SpeculativeGenerator
+from draftzoo.inference.growing_forward import GrowingForward
 from draftzoo.inference.kv_cache import cache_kwargs, crop
 from draftzoo.inference.sampling import SamplingParams
 from draftzoo.inference.static_forward import StaticForward
@@ -69,16 +71,17 @@ def main() -> None:
         crop(cache, 200)
 
     static = StaticForward(target, 1024)
-    static.forward(prefix)
-    static.commit(list(range(200)))
-    static.forward(token)  # captures width 1 on CUDA
-    entry = static._graphs.get(1)
+    static.reset(1)
+    static.forward(prefix, None, None)
+    static.commit([list(range(200))])
+    static.forward(token, None, None)  # captures width 1 on CUDA
+    shape = static._shapes.get((1, 1))
 
     rows = {"eager forward, DynamicCache": _mean_ms(eager_step, args.steps, device)}
-    if entry is not None and entry.graph is not None:
-        rows["graph replay alone"] = _mean_ms(entry.graph.replay, args.steps, device)
+    if shape is not None and shape.call.graph is not None:
+        rows["graph replay alone"] = _mean_ms(shape.call.graph.replay, args.steps, device)
     rows["StaticForward.forward (copies + replay)"] = _mean_ms(
-        lambda: static.forward(token), args.steps, device
+        lambda: static.forward(token, None, None), args.steps, device
     )
     generator = SpeculativeGenerator(target, None, cache=CacheSettings(static=True))
     params = SamplingParams(max_new_tokens=args.steps)
@@ -98,12 +101,16 @@ def main() -> None:
     for label, ms in rows.items():
         print(f"{label:42} {ms:8.3f}")
     if args.widths:
-        verification_costs(target, cache, args.widths, args.steps, device)
+        verification_costs(target, prefix, args.widths, args.steps, device)
 
 
-def verification_costs(target, cache, widths: list[int], steps: int, device) -> None:
+def verification_costs(target, prefix, widths: list[int], steps: int, device) -> None:
     """Eager verification forwards of w tokens after the 200-token prefix: chain and tree."""
     ids = torch.randint(0, target.config.vocab_size, (1, max(widths)), device=device)
+    forward = GrowingForward(target)
+    forward.reset(1)
+    forward.forward(prefix, None, None)
+    forward.commit([list(range(prefix.shape[1]))])
 
     def verify(width: int, tree: bool):
         nodes = width - 1
@@ -111,16 +118,18 @@ def verification_costs(target, cache, widths: list[int], steps: int, device) -> 
             proposal = Proposal([0] * nodes, [i // 2 - 1 for i in range(nodes)])
         else:
             proposal = Proposal.chain([0] * nodes)
-        kwargs = tree_forward_kwargs(proposal, 200, target.dtype, device)
+        depths = ancestors = None
+        if not proposal.is_chain:
+            depths, ancestors = (t[None] for t in proposal.layout(device))
 
         def step():
-            target(input_ids=ids[:, :width], **cache_kwargs(target, cache), **kwargs)
-            crop(cache, 200)
+            forward.forward(ids[:, :width], depths, ancestors)
+            forward.rollback([200])
 
         return _mean_ms(step, steps, device)
 
     one = verify(1, tree=False)
-    print("\nverification forward of w tokens, eager, DynamicCache (ms; x = ratio to w = 1)")
+    print("\nverification forward of w tokens, eager, growing cache (ms; x = ratio to w = 1)")
     print(f"{'w':>4} {'chain':>9} {'x':>6} {'tree':>9} {'x':>6}")
     for width in widths:
         chain, tree = verify(width, tree=False), verify(width, tree=True)

@@ -2,11 +2,11 @@
 
 Rows are ragged: each keeps its own committed length, proposal and acceptance. The target's
 KV cache is shared, [rows, heads, slots, dim]: a growing `DynamicCache` kept compact
-(`batch_dynamic.py`), or with a static `cache` buffers allocated once whose decode-sized forwards
-replay as CUDA graphs on CUDA (`batch_static.py`). Either way row r sees only its own committed
-slots and its own tree, at its own positions, so a row's numbers never depend on what the
-other rows do; finished rows are dropped. A batch of one prompt repeated (n samples of it)
-prefills it once and repeats the cache.
+(`growing_forward.py`), or with a static `cache` buffers allocated once whose decode-sized
+forwards replay as CUDA graphs on CUDA (`static_forward.py`). Either way row r sees only its
+own committed slots and its own tree, at its own positions, so a row's numbers never depend on
+what the other rows do; finished rows are dropped. A batch of one prompt repeated (n samples
+of it) prefills it once and repeats the cache.
 
 Above `max_speculative_batch` unfinished rows the rounds propose nothing (plain batched
 decoding in the same loop): at high batch the target forward is no longer overhead-bound and
@@ -24,12 +24,11 @@ import torch
 
 from ..architectures.defaults import NUM_SPECULATIVE_TOKENS
 from .acceptance import greedy_answers
-from .batch_dynamic import DynamicBatchForward
-from .batch_static import StaticBatchForward
 from .cache_settings import GROWING, CacheSettings
 from .errors import GenerationError
 from .generate import fused_states, target_states
 from .graphs import use_cuda_graphs
+from .growing_forward import GrowingForward
 from .proposers import Proposer
 from .round import (
     GenerationOutput,
@@ -44,6 +43,7 @@ from .round import (
     room,
 )
 from .sampling import SamplingParams
+from .static_forward import StaticForward
 from .transfer import to_device
 
 
@@ -89,7 +89,7 @@ class BatchGenerator:
         max_positions = getattr(target.config, "max_position_embeddings", None)
         self.max_cache_length = cache.max_length if cache.static else None
         self.cuda_graphs = use_cuda_graphs(self.device, cache.cuda_graphs)
-        self._static: StaticBatchForward | None = None
+        self._static: StaticForward | None = None
         limit = max_positions
         if self.max_cache_length is not None:
             limit = min(limit or self.max_cache_length, self.max_cache_length)
@@ -119,16 +119,14 @@ class BatchGenerator:
         with target_states(requests[0].proposer, self.target) as captured:
             return self._generate(requests, params, captured)
 
-    def _forward(self, rows: int) -> DynamicBatchForward | StaticBatchForward:
+    def _forward(self, rows: int) -> GrowingForward | StaticForward:
         """The batched forward for `rows` requests: a growing cache, or the static buffers
         (allocated again, with their graphs, only when a larger batch comes)."""
         if self.max_cache_length is None:
-            return DynamicBatchForward(self.target)
+            return GrowingForward(self.target)
         if self._static is None or self._static.max_rows < rows:
             self._static = None  # free the smaller buffers first
-            self._static = StaticBatchForward(
-                self.target, self.max_cache_length, rows, self.cuda_graphs
-            )
+            self._static = StaticForward(self.target, self.max_cache_length, rows, self.cuda_graphs)
         return self._static
 
     def _observe(self, captured, request: Request, row: int, slots) -> None:

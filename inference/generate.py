@@ -15,7 +15,7 @@ import torch
 
 from .cache_settings import GROWING, CacheSettings
 from .errors import GenerationError
-from .kv_cache import cache_kwargs, cache_length, cache_nbytes, crop, keep_tail
+from .growing_forward import GrowingForward
 from .proposers import Proposer
 from .round import (
     GenerationMetrics,
@@ -35,7 +35,6 @@ from .sampling import SamplingParams
 from .speculation_length import AdaptiveLength
 from .static_forward import StaticForward
 from .transfer import to_device
-from .tree import Proposal
 
 __all__ = [
     "GenerationMetrics",
@@ -43,7 +42,6 @@ __all__ = [
     "SpeculativeGenerator",
     "fused_states",
     "target_states",
-    "tree_forward_kwargs",
 ]
 
 
@@ -62,27 +60,6 @@ def fused_states(captured: dict, layers) -> torch.Tensor:
     return torch.cat([captured[layer] for layer in layers], dim=-1)
 
 
-def _tree_mask(proposal: Proposal, past: int, dtype: torch.dtype) -> torch.Tensor:
-    """[1, 1, n+1, past+n+1] additive mask: all past positions, then ancestors in the tree."""
-    ancestors = proposal.ancestor_mask()
-    allowed = torch.cat([torch.ones(len(ancestors), past, dtype=torch.bool), ancestors], dim=1)
-    mask = torch.zeros(allowed.shape, dtype=dtype)
-    mask.masked_fill_(~allowed, torch.finfo(dtype).min)
-    return mask[None, None]
-
-
-def tree_forward_kwargs(proposal: Proposal, past: int, dtype: torch.dtype, device) -> dict:
-    """Position ids and attention mask of a verification forward over [root, nodes...] after
-    `past` cached positions; none for a chain (the model's own causal layout)."""
-    if proposal.is_chain:
-        return {}
-    depths = torch.tensor([0, *proposal.depths], device=device)
-    return {
-        "position_ids": (past + depths)[None],
-        "attention_mask": _tree_mask(proposal, past, dtype).to(device),
-    }
-
-
 class SpeculativeGenerator:
     """Generates with a target model and an optional proposer (None = target-only decoding)."""
 
@@ -99,7 +76,8 @@ class SpeculativeGenerator:
 
         `cache`: the target's KV cache grows with the context (default), or is kept in
         buffers allocated once (`CacheSettings(static=True, max_length=...)`), whose
-        decode-sized forwards run as CUDA graphs on CUDA (see `static_forward.py`)."""
+        decode-sized forwards run as CUDA graphs on CUDA. Either way a request is the one-row
+        case of batched decoding (`GrowingForward`, `StaticForward`)."""
         if isinstance(num_speculative_tokens, int) and num_speculative_tokens < 0:
             raise GenerationError("num_speculative_tokens must be >= 0")
         self.target = target.eval()
@@ -110,9 +88,13 @@ class SpeculativeGenerator:
         )
         self.device = next(target.parameters()).device
         self.max_positions = getattr(target.config, "max_position_embeddings", None)
-        self.static = None
-        if cache.static:
-            self.static = StaticForward(target, cache.max_length, cache.cuda_graphs)
+        #: positions a request may fill in a static cache (None: the cache grows)
+        self.max_cache_length = cache.max_length if cache.static else None
+        self.forward: GrowingForward | StaticForward = (
+            StaticForward(target, cache.max_length, 1, cache.cuda_graphs)
+            if cache.static
+            else GrowingForward(target)
+        )
         self.eos_ids = eos_ids(target, tokenizer)
         #: set by `draftzoo.load`: the loaded drafter (`inference.load.DrafterRuntime`)
         self.drafter = None
@@ -120,8 +102,8 @@ class SpeculativeGenerator:
     def _limits(self) -> Limits:
         """The context a request may fill: the target's positions, or the static cache's."""
         limit = self.max_positions
-        if self.static is not None:
-            limit = min(limit or self.static.max_length, self.static.max_length)
+        if self.max_cache_length is not None:
+            limit = min(limit or self.max_cache_length, self.max_cache_length)
         return Limits(limit, self.eos_ids)
 
     @torch.no_grad()
@@ -129,12 +111,11 @@ class SpeculativeGenerator:
         """Generate a continuation of `prompt` (text or token ids)."""
         params = params or SamplingParams()
         prompt_ids = encode_prompt(self.tokenizer, prompt, self.max_positions)
-        if self.static is not None and len(prompt_ids) + params.max_new_tokens > (
-            self.static.max_length
-        ):
+        needed = len(prompt_ids) + params.max_new_tokens
+        if self.max_cache_length is not None and needed > self.max_cache_length:
             raise GenerationError(
                 f"{len(prompt_ids)} prompt tokens + max_new_tokens {params.max_new_tokens} do "
-                f"not fit the static cache's {self.static.max_length} positions "
+                f"not fit the static cache's {self.max_cache_length} positions "
                 "(raise the cache's max_length)"
             )
         if self.proposer is not None:
@@ -148,7 +129,7 @@ class SpeculativeGenerator:
             return self._generate(request, params, generator, started, captured)
 
     def _generate(self, request: Request, params, generator, started, captured):
-        cache = self._prefill(request.context, captured)
+        self._prefill(request.context, captured)
         request.metrics.prefill_seconds = time.perf_counter() - started
         limits = self._limits()
         request.finish = out_of_room(request, params, limits)
@@ -158,7 +139,7 @@ class SpeculativeGenerator:
             gamma = self._gamma(room(request, params, limits) - 1)
             proposal = propose(request, gamma, params, generator)
             new_tokens = self._verify_and_commit(
-                request.context[-1], proposal, cache, params, generator, metrics, captured
+                request.context[-1], proposal, params, generator, metrics, captured
             )
             if isinstance(self.speculation, AdaptiveLength):
                 self.speculation.observe(
@@ -171,23 +152,15 @@ class SpeculativeGenerator:
         request.metrics.total_seconds = time.perf_counter() - started
         return output(request, params, self.tokenizer)
 
-    def _prefill(self, prompt_ids: list[int], captured):
+    def _prefill(self, prompt_ids: list[int], captured) -> None:
         """The prompt but its last token into the target's cache (and its states to the
-        proposer); the dynamic cache, or None with a static one."""
-        from transformers import DynamicCache
-
-        cache = None if self.static else DynamicCache()  # filled in place by every forward
-        if self.static:
-            self.static.reset()
+        proposer)."""
+        self.forward.reset(1)
         if len(prompt_ids) > 1:
             prefill = torch.tensor([prompt_ids[:-1]], device=self.device)
-            if self.static:
-                self.static.forward(prefill, captured=captured, all_logits=False)
-                self.static.commit(list(range(prefill.shape[1])))
-            else:
-                self.target(input_ids=prefill, **cache_kwargs(self.target, cache, True))
+            self.forward.forward(prefill, None, None, captured, all_logits=False)
+            self.forward.commit([list(range(prefill.shape[1]))])
             self._observe(captured, slice(None))
-        return cache
 
     def _gamma(self, room: int) -> int:
         if self.proposer is None:
@@ -207,45 +180,22 @@ class SpeculativeGenerator:
             self.proposer.observe(states)
 
     def _verify_and_commit(
-        self, root, proposal, cache, params, generator, metrics, captured=None
+        self, root, proposal, params, generator, metrics, captured=None
     ) -> list[int]:
-        """One target forward over [root, nodes...]; roll the cache to the accepted path."""
+        """One target forward over [root, nodes...]; the cache kept to the accepted path."""
         began = time.perf_counter()
         input_ids = proposal.verification_input(root, self.device)
-        past = self.static.length if self.static else cache_length(cache)
-        if self.static:
-            logits = self._static_verify(input_ids, proposal, captured)
-        else:
-            logits = self._dynamic_verify(input_ids, proposal, cache, past)
-        held = self._target_cache_bytes(cache) + (
+        depths = ancestors = None  # a chain
+        if not proposal.is_chain:
+            depths, ancestors = proposal.layout(self.device)  # a device tree's own: no read
+            depths, ancestors = depths[None], ancestors[None]
+        logits = self.forward.forward(input_ids, depths, ancestors, captured)[0]
+        held = self.forward.nbytes() + (
             self.proposer.cache_nbytes() if self.proposer is not None else 0
         )
         metrics.peak_cache_bytes = max(metrics.peak_cache_bytes, held)
         tokens, kept = accept_round(logits, proposal, params, generator, metrics)
-        if self.static:
-            self.static.commit(kept)
-        elif proposal.is_chain:
-            crop(cache, past + len(kept))
-        else:
-            keep_tail(cache, past, kept)
+        self.forward.commit([kept])
         self._observe(captured, kept)
         metrics.verify_seconds += time.perf_counter() - began
         return tokens
-
-    def _dynamic_verify(self, input_ids, proposal, cache, past) -> torch.Tensor:
-        kwargs = tree_forward_kwargs(proposal, past, self.target.dtype, self.device)
-        out = self.target(input_ids=input_ids, **cache_kwargs(self.target, cache), **kwargs)
-        return out.logits[0]
-
-    def _static_verify(self, input_ids, proposal, captured) -> torch.Tensor:
-        if proposal.is_chain:
-            return self.static.forward(input_ids, captured=captured)
-        depths, ancestors = proposal.layout(self.device)  # a device tree's own: no read
-        return self.static.forward(input_ids, ancestors, depths, captured)
-
-    def _target_cache_bytes(self, cache) -> int:
-        """The target's KV bytes after a verification forward, its nodes included (a static
-        cache: its whole preallocated buffers)."""
-        if self.static:
-            return self.static.nbytes()
-        return cache_nbytes(cache)

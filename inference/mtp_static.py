@@ -19,7 +19,7 @@ import torch
 from ..architectures.mtp import MtpDrafter
 from .errors import GenerationError
 from .graphs import CapturedCall, use_cuda_graphs
-from .static_forward import Slots, slot_cache
+from .slot_cache import RowSlots, slot_cache, static_nbytes
 
 
 class StaticModules:
@@ -47,15 +47,15 @@ class StaticModules:
         config.num_hidden_layers = drafter.depth
         if getattr(config, "layer_types", None) is not None:
             config.layer_types = ["full_attention"] * drafter.depth
-        self._slots = Slots()
-        self.cache = slot_cache(config, self.size, self._slots)
+        self._slots = RowSlots()
+        self._slots.rows = torch.zeros(1, 1, dtype=torch.long, device=self.device)
+        self.cache = slot_cache(config, self.size, 1, self._slots)
         self._offsets = torch.arange(self.size, device=self.device)
         self._graphs: dict[tuple[int, int], CapturedCall] = {}
 
     def nbytes(self) -> int:
         """Bytes of the preallocated keys and values (scratch included)."""
-        layers = [layer for layer in self.cache.layers if layer.is_initialized]
-        return sum(2 * layer.keys.numel() * layer.keys.element_size() for layer in layers)
+        return static_nbytes(self.cache)
 
     @torch.no_grad()
     def forward(
@@ -84,7 +84,7 @@ class StaticModules:
         """The forward a graph captures (`first` a tensor there, an int eagerly)."""
         width = ids.shape[0]
         slots = self._offsets[:width] + first
-        self._slots.tensor = slots
+        self._slots.tensor = slots[None]
         columns = self.size if self._slots.limit is None else self._slots.limit
         mask = self._offsets[:columns][None, :] <= slots[:, None]  # every slot up to its own
         positions = (slots + k)[None]

@@ -8,7 +8,7 @@ import torch
 
 from ..architectures.errors import DraftzooError
 from .cache_settings import GROWING, CacheSettings
-from .kv_cache import cache_kwargs, cache_nbytes, crop
+from .growing_forward import GrowingForward
 from .sampling import SamplingParams, probabilities, sample
 from .static_forward import StaticForward
 from .transfer import to_device
@@ -84,11 +84,12 @@ def vocabularies_match(draft_tokenizer, target_tokenizer) -> bool:
 class DraftModelProposer(Proposer):
     """A small causal LM sharing the target's tokenizer drafts a chain autoregressively.
 
-    Its KV cache follows the context: before drafting it is cropped to the longest prefix it
-    shares with the committed tokens, so rejected drafts are rolled back and only new tokens
-    are fed. With a static `cache` it is preallocated (`StaticForward`: CUDA graphs on
-    CUDA) and greedy drafting keeps its tokens on the device: the verification reads them with
-    the target's answer, the round's one host read.
+    Its KV cache follows the context: before drafting it is rolled back to the longest prefix
+    it shares with the committed tokens, so rejected drafts are dropped and only new tokens are
+    fed. The cache is the one-row case of batched decoding: growing (`GrowingForward`), or with
+    a static `cache` preallocated (`StaticForward`: CUDA graphs on CUDA). Greedy drafting keeps
+    its tokens on the device: the verification reads them with the target's answer, the
+    round's one host read.
     """
 
     def __init__(
@@ -107,22 +108,24 @@ class DraftModelProposer(Proposer):
             )
         self.model = model.eval()
         self.device = next(model.parameters()).device
-        self.static = None
-        if cache.static:
-            self.static = StaticForward(model, cache.max_length, cache.cuda_graphs)
-        self.cache = None
-        self.cached_ids: list[int] = []
-        self._drafted: Proposal | None = None  # fed drafts not yet in `cached_ids`
+        self.forward: GrowingForward | StaticForward = (
+            StaticForward(model, cache.max_length, 1, cache.cuda_graphs)
+            if cache.static
+            else GrowingForward(model)
+        )
+        #: widths fed with every position's logits (graphed widths of a static cache)
+        self._all_logits_width = self.forward.max_graph_width if cache.static else 1
+        self.reset()
 
     def reset(self) -> None:
         """Forget the cached context (a new request)."""
-        self.cache, self.cached_ids, self._drafted = None, [], None
-        if self.static:
-            self.static.reset()
+        self.forward.reset(1)
+        self.cached_ids: list[int] = []
+        self._drafted: Proposal | None = None  # fed drafts not yet in `cached_ids`
 
     def cache_nbytes(self) -> int:
         """Bytes held by the draft model's KV cache."""
-        return self.static.nbytes() if self.static else cache_nbytes(self.cache)
+        return self.forward.nbytes()
 
     def _shared_prefix(self, context: list[int]) -> int:
         shared = 0
@@ -132,56 +135,41 @@ class DraftModelProposer(Proposer):
         return shared
 
     def _feed(self, token_ids: torch.Tensor) -> torch.Tensor:
-        """Feed [1, n] tokens into the static cache; the last position's logits."""
-        width = token_ids.shape[1]  # past the graphed widths, the last logits only (prefill)
-        logits = self.static.forward(token_ids, all_logits=width <= self.static.max_graph_width)[-1]
-        self.static.commit(list(range(token_ids.shape[1])))
+        """Feed [1, n] tokens into the cache; the last position's logits."""
+        width = token_ids.shape[1]  # wider than the graphs: the last logits only (prefill)
+        all_logits = width <= self._all_logits_width
+        logits = self.forward.forward(token_ids, None, None, all_logits=all_logits)[0, -1]
+        self.forward.commit([list(range(width))])
         return logits
 
     def _sync(self, context: list[int]) -> torch.Tensor:
         """Roll the cache back to the shared prefix; return the logits after `context`."""
-        from transformers import DynamicCache
-
         if self._drafted is not None:  # the last chain's fed drafts, read by its verification
             self.cached_ids.extend(self._drafted.tokens[:-1])
             self._drafted = None
         shared = self._shared_prefix(context)
-        new = to_device([context[shared:]], self.device)
-        if self.static:
-            self.static.rollback(shared)
-            self.cached_ids = list(context)
-            return self._feed(new)
-        if self.cache is None:
-            self.cache = DynamicCache()
-        crop(self.cache, shared)
-        out = self.model(input_ids=new, **cache_kwargs(self.model, self.cache, True))
+        self.forward.rollback([shared])
         self.cached_ids = list(context)
-        return out.logits[0, -1]
+        return self._feed(to_device([context[shared:]], self.device))
 
     @torch.no_grad()
     def propose(self, context, max_tokens, params, generator) -> Proposal:
         if max_tokens <= 0:
             return Proposal.chain([])
         logits = self._sync(context)
-        if self.static and params.greedy:
+        if params.greedy:
             return self._greedy_on_device(logits, max_tokens)
         tokens: list[int] = []
         draft_probs = []
         for step in range(max_tokens):
             q = probabilities(logits, params)
-            token = int(q.argmax()) if params.greedy else sample(q, generator)
-            tokens.append(token)
+            tokens.append(sample(q, generator))
             draft_probs.append(q)
             if step + 1 == max_tokens:
                 break
-            token_ids = torch.tensor([[token]], device=self.device)
-            if self.static:
-                logits = self._feed(token_ids)
-            else:
-                out = self.model(input_ids=token_ids, **cache_kwargs(self.model, self.cache))
-                logits = out.logits[0, -1]
-            self.cached_ids.append(token)
-        return Proposal.chain(tokens, None if params.greedy else torch.stack(draft_probs))
+            logits = self._feed(torch.tensor([[tokens[-1]]], device=self.device))
+            self.cached_ids.append(tokens[-1])
+        return Proposal.chain(tokens, torch.stack(draft_probs))
 
     def _greedy_on_device(self, logits: torch.Tensor, max_tokens: int) -> Proposal:
         """Greedy chain whose tokens stay on the device (the verification reads them)."""

@@ -1,117 +1,50 @@
-"""A causal LM over a preallocated KV cache, with CUDA graphs for the decode-sized forwards.
+"""Forwards of one causal LM over a preallocated cache, each row at its own length.
 
-The dynamic path (`kv_cache.py`) grows and crops a `DynamicCache` with new tensors every round.
-Here the keys and values live in buffers allocated once (`max_length` positions plus a scratch
-region), so every forward of a given width touches the same memory and can be captured once as
-a CUDA graph and replayed:
-
-- a forward writes its `w` tokens at slots `length .. length + w - 1`; their positions are
-  `length + depth` (depth = 0..w-1 for a chain, tree depths for a tree); the 4D mask shows each
-  query every committed slot and the slots of its own ancestors, so stale entries past
-  `length` are never read and rolling a chain back is only a new `length`;
-- committing a tree moves the accepted slots down to `length, length + 1, ...` in place.
-
-The only values the host reads are the logits the caller asks for (for greedy acceptance, the
-argmax row, which is where the accept length comes from). On CPU the same code runs eagerly.
+Batch-1 decoding is the one-row case of batched decoding. Row r's keys and values live in row
+r of buffers [rows, heads, slots, dim] allocated once (`slot_cache.py`). A forward of R rows
+and width w writes row r's tokens at slots `lengths[r] .. lengths[r] + w - 1` (positions
+`lengths[r] + depth`), and row r's queries see its own committed slots and its own ancestors
+in the forward; rows with fewer tokens are padded with queries nobody sees. Committing moves
+each row's accepted slots down in place; finished rows are dropped by moving the rows kept up,
+so the live rows are always 0..R-1. Each (rows, width) forward up to `max_graph_width` wide is
+captured once as a CUDA graph on CUDA and replayed after; on CPU the same code runs eagerly.
+`GrowingForward` (`growing_forward.py`) is the same interface over a cache that grows.
 """
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import torch
 
 from .errors import GenerationError
-from .graphs import use_cuda_graphs
+from .graphs import CapturedCall, use_cuda_graphs
 from .kv_cache import cache_kwargs
+from .slot_cache import RowSlots, slot_cache, static_nbytes
 from .transfer import to_device
 
 
-class Slots:
-    """The write positions every cache layer reads (one tensor per captured width), and how
-    many slots attention reads back (None = all: what a captured graph needs; eager forwards
-    read only up to their last write, which keeps CPU decoding as cheap as a grown cache)."""
-
-    tensor: torch.Tensor
-    limit: int | None = None
-
-
-@functools.cache
-def _slot_layer_class():
-    """The slot-writing cache layer class (defined once, on first use: transformers is
-    imported lazily)."""
-    from transformers.cache_utils import StaticLayer
-
-    class SlotLayer(StaticLayer):
-        """A `StaticLayer` that writes at the slots its owner chose, not at a running count."""
-
-        def __init__(self, max_cache_len: int, slots: Slots) -> None:
-            super().__init__(max_cache_len=max_cache_len)
-            self.slots = slots
-
-        def update(self, key_states, value_states, *args, **kwargs):
-            if not self.is_initialized:
-                self.lazy_initialization(key_states, value_states)
-            self.keys.index_copy_(2, self.slots.tensor, key_states)
-            self.values.index_copy_(2, self.slots.tensor, value_states)
-            limit = self.slots.limit
-            if limit is None:
-                return self.keys, self.values
-            return self.keys[:, :, :limit], self.values[:, :, :limit]
-
-    return SlotLayer
-
-
-def static_cache_of(config, size: int, make_layer):
-    """A transformers `StaticCache` of `size` slots whose layers are `make_layer()`'s; models
-    with layers other than full attention are refused."""
-    from transformers import StaticCache
-
-    cache = StaticCache(config=config, max_cache_len=size)
-    if any(type(layer).__name__ != "StaticLayer" for layer in cache.layers):
-        kinds = sorted({type(layer).__name__ for layer in cache.layers})
-        raise GenerationError(
-            f"the static cache supports full-attention layers only; this model has {kinds} "
-            "(use the dynamic cache)"
-        )
-    cache.layers = [make_layer() for _ in cache.layers]
-    return cache
-
-
-def slot_cache(config, size: int, slots: Slots):
-    """A transformers `StaticCache` whose layers write where `slots` says."""
-    layer_class = _slot_layer_class()
-    return static_cache_of(config, size, lambda: layer_class(size, slots))
-
-
 @dataclass
-class _Captured:
-    """One width's graph and the buffers it reads and writes. The host sets `input_ids`,
-    `length` and (for trees) `depths` / `ancestors`; slots, positions and the mask are computed
-    inside the graph from them, so a replay costs a few copies."""
+class _Shape:
+    """One (rows, width) forward's input buffers and its captured call."""
 
-    input_ids: torch.Tensor  # [1, w]
-    length: torch.Tensor  # [] committed positions
-    depths: torch.Tensor  # [w] positions relative to length
-    ancestors: torch.Tensor  # [w, w] bool
-    chain_layout: bool = True  # depths/ancestors hold the chain's (0..w-1, lower triangle)
-    graph: torch.cuda.CUDAGraph | None = None
-    logits: torch.Tensor | None = None  # [w, vocab]
+    input_ids: torch.Tensor  # [R, w]
+    lengths: torch.Tensor  # [R]
+    depths: torch.Tensor  # [R, w]
+    ancestors: torch.Tensor  # [R, w, w] bool
+    chain_layout: bool = True  # depths/ancestors hold chains' (0..w-1, lower triangles)
+    call: CapturedCall | None = None
     states: dict | None = None  # hooked target states, refreshed by every replay
 
 
 class StaticForward:
-    """Forwards of one causal LM over a preallocated cache; see the module docstring.
-
-    `cuda_graphs`: None = on when the model is on CUDA. Widths up to `max_graph_width` are
-    captured on first use and replayed after; wider forwards (prefill) run eagerly.
-    """
+    """Forwards of `model` over a preallocated cache; see the module docstring."""
 
     def __init__(
         self,
         model,
         max_length: int,
+        max_rows: int = 1,
         cuda_graphs: bool | None = None,
         max_graph_width: int = 64,
     ) -> None:
@@ -119,140 +52,154 @@ class StaticForward:
         self.model = model.eval()
         self.device, self.dtype = parameter.device, parameter.dtype
         self.use_graphs = use_cuda_graphs(self.device, cuda_graphs)
-        self.max_length = max_length
+        self.max_length, self.max_rows = max_length, max_rows
         self.max_graph_width = max_graph_width
-        #: slots past max_length: graph warm-ups write there, and a forward's uncommitted nodes
-        #: may (nothing committed ever lies there)
+        #: slots past max_length: uncommitted nodes and padding may be written there
         self.size = max_length + max_graph_width
-        self._slots = Slots()
-        self.cache = slot_cache(model.config, self.size, self._slots)
+        self._slots = RowSlots()
+        self.cache = slot_cache(model.config, self.size, max_rows, self._slots)
         self._kwargs = cache_kwargs(model, self.cache)
         self._prefill_kwargs = cache_kwargs(model, self.cache, last_logits_only=True)
-        self._chain_layouts: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self._offsets = torch.arange(self.size, device=self.device)
-        self._graphs: dict[int, _Captured] = {}
-        self.length = 0  # committed positions
+        self._row_index = torch.arange(max_rows, device=self.device)[:, None]
+        self._shapes: dict[tuple[int, int], _Shape] = {}
+        self._chains: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
+        self.lengths: list[int] = []  # committed positions of each live row
 
-    def reset(self) -> None:
-        """Start a new sequence (the buffers and graphs stay)."""
-        self.length = 0
+    def reset(self, rows: int) -> None:
+        """Start `rows` new sequences (the buffers and graphs stay)."""
+        if rows > self.max_rows:
+            raise GenerationError(f"{rows} rows do not fit a static batch of {self.max_rows}")
+        self.lengths = [0] * rows
 
     def nbytes(self) -> int:
-        """Bytes of the preallocated keys and values (scratch slots included)."""
-        layers = [layer for layer in self.cache.layers if layer.is_initialized]
-        return sum(2 * layer.keys.numel() * layer.keys.element_size() for layer in layers)
+        """Bytes of the preallocated keys and values (every row and scratch slot)."""
+        return static_nbytes(self.cache)
 
     def forward(
         self,
-        input_ids: torch.Tensor,  # [1, w] on the model's device
-        ancestors: torch.Tensor | None = None,  # [w, w] bool: a attends b; None = causal chain
-        depths: torch.Tensor | None = None,  # [w] positions relative to `length`; None = 0..w-1
+        input_ids: torch.Tensor,  # [R, w] on the model's device, R = the live rows
+        depths: torch.Tensor | None,  # [R, w] positions relative to each row's length
+        ancestors: torch.Tensor | None,  # [R, w, w] bool: in row r, a attends b; None: chains
         captured: dict | None = None,  # hooked target states, kept current across replays
         all_logits: bool = True,  # False: the last position's only, eagerly (prefill)
     ) -> torch.Tensor:
-        """Logits [w, vocab] of `input_ids` written at slots `length..length+w-1` (valid
-        until the next forward)."""
-        width = input_ids.shape[1]
-        # past max_length only uncommitted nodes may go (a tree near the end of a request)
-        if self.length + width > self.size:
-            raise GenerationError(
-                f"the static cache holds {self.size} slots; this forward needs "
-                f"{self.length + width} (raise the cache's max_length)"
-            )
+        """Logits [R, w, vocab] (valid until the next forward)."""
+        rows, width = input_ids.shape
         chain = ancestors is None
         if chain:
-            ancestors, depths = self._chain_layout(width)
+            depths, ancestors = self._chain_layout(rows, width)
+        if rows != len(self.lengths):
+            raise GenerationError(f"{rows} input rows for {len(self.lengths)} live rows")
+        if max(self.lengths) + width > self.size:
+            raise GenerationError(
+                f"the static cache holds {self.size} slots; this forward needs "
+                f"{max(self.lengths) + width} (raise the cache's max_length)"
+            )
+        lengths = to_device(self.lengths, self.device)
+        depths, ancestors = to_device(depths, self.device), to_device(ancestors, self.device)
         if not (self.use_graphs and all_logits and width <= self.max_graph_width):
-            self._slots.limit = self.length + width
-            depths = depths.to(self.device)
-            return self._run(input_ids, self.length, depths, ancestors, all_logits)
-        entry = self._graphs.get(width) or self._capture(width, captured)
-        entry.input_ids.copy_(input_ids)
-        entry.length.fill_(self.length)
-        if not (chain and entry.chain_layout):
-            entry.depths.copy_(depths)
-            entry.ancestors.copy_(ancestors)
-            entry.chain_layout = chain
+            self._slots.limit = max(self.lengths) + width
+            return self._run(input_ids, lengths, depths, ancestors, all_logits)
+        shape = self._shapes.get((rows, width)) or self._capture(rows, width, captured)
+        shape.input_ids.copy_(input_ids)
+        shape.lengths.copy_(lengths)
+        if not (chain and shape.chain_layout):  # a chain's layout is already in place
+            shape.depths.copy_(depths)
+            shape.ancestors.copy_(ancestors)
+            shape.chain_layout = chain
         self._slots.limit = None
-        self._replay(entry)
-        if captured is not None and entry.states:
-            captured.update(entry.states)
-        return entry.logits
+        (logits,) = shape.call.replay()
+        if captured is not None and shape.states:
+            captured.update(shape.states)
+        return logits
 
-    def commit(self, kept_slots: list[int]) -> None:
-        """Keep the forward's slots `kept_slots` (relative, in order) as the next positions."""
-        moves = [(self.length + i, self.length + s) for i, s in enumerate(kept_slots) if s != i]
+    def commit(self, kept: list[list[int]]) -> None:
+        """Keep, in row r, the forward's slots `kept[r]` (relative, in order) as its next
+        positions."""
+        moves = [
+            (row, self.lengths[row] + i, self.lengths[row] + s)
+            for row, slots in enumerate(kept)
+            for i, s in enumerate(slots)
+            if s != i
+        ]
         if moves:
-            dst = to_device([d for d, _ in moves], self.device)
-            src = to_device([s for _, s in moves], self.device)
+            rows, dst, src = (to_device(list(c), self.device) for c in zip(*moves, strict=True))
             for layer in self.cache.layers:
-                layer.keys.index_copy_(2, dst, layer.keys.index_select(2, src))
-                layer.values.index_copy_(2, dst, layer.values.index_select(2, src))
-        self.length += len(kept_slots)
+                layer.keys[rows, :, dst] = layer.keys[rows, :, src]
+                layer.values[rows, :, dst] = layer.values[rows, :, src]
+        self.lengths = [length + len(s) for length, s in zip(self.lengths, kept, strict=True)]
 
-    def rollback(self, length: int) -> None:
-        """Forget every position from `length` on."""
-        self.length = min(self.length, length)
+    def rollback(self, lengths: list[int]) -> None:
+        """Forget, in row r, every position from `lengths[r]` on."""
+        self.lengths = [min(old, new) for old, new in zip(self.lengths, lengths, strict=True)]
 
-    def _chain_layout(self, width: int) -> tuple[torch.Tensor, torch.Tensor]:
-        layout = self._chain_layouts.get(width)
+    def keep_rows(self, rows: list[int]) -> None:
+        """Keep the live rows `rows` (in that order) as rows 0..len(rows) - 1."""
+        if rows != list(range(len(rows))):
+            index = to_device(rows, self.device)
+            for layer in self.cache.layers:
+                layer.keys[: len(rows)] = layer.keys[index]
+                layer.values[: len(rows)] = layer.values[index]
+        self.lengths = [self.lengths[r] for r in rows]
+
+    def repeat(self, rows: int) -> None:
+        """Row 0 copied into `rows` rows (one prompt prefilled once for several requests)."""
+        length = self.lengths[0]
+        self.reset(rows)  # checks the size
+        for layer in self.cache.layers:
+            layer.keys[1:rows] = layer.keys[:1]
+            layer.values[1:rows] = layer.values[:1]
+        self.lengths = [length] * rows
+
+    def _chain_layout(self, rows: int, width: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Depths [R, w] and ancestors [R, w, w] of a chain in every row (made once)."""
+        layout = self._chains.get((rows, width))
         if layout is None:
-            ancestors = torch.ones(width, width, dtype=torch.bool, device=self.device).tril()
-            layout = ancestors, torch.arange(width, device=self.device)
-            self._chain_layouts[width] = layout
+            chain = torch.ones(width, width, dtype=torch.bool, device=self.device).tril()
+            depths = torch.arange(width, device=self.device).repeat(rows, 1)
+            layout = self._chains[(rows, width)] = depths, chain.repeat(rows, 1, 1)
         return layout
 
-    def _run(self, input_ids, length, depths, ancestors, all_logits=True) -> torch.Tensor:
-        """The forward a graph captures: slots, positions and mask from `length` (a tensor
-        in a graph, an int eagerly, where only `length + w` columns are read)."""
-        width = input_ids.shape[1]
+    def _run(self, input_ids, lengths, depths, ancestors, all_logits=True) -> torch.Tensor:
+        """The forward a graph captures: slots, positions and mask from `lengths` [R]."""
+        rows, width = input_ids.shape
         columns = self.size if self._slots.limit is None else self._slots.limit
-        self._slots.tensor = self._offsets[:width] + length
-        relative = self._offsets[:columns] - length  # [columns]: slot - length
+        lengths = lengths[:, None]
+        self._slots.rows = self._row_index[:rows]
+        self._slots.tensor = self._offsets[:width] + lengths  # [R, w]
+        relative = self._offsets[:columns] - lengths  # [R, columns]: slot - length
         inside = (relative >= 0) & (relative < width)
-        tree = ancestors.to(self.device).gather(
-            1, relative.clamp(0, width - 1).expand(width, columns)
-        )
-        allowed = (relative < 0) | (inside & tree)  # committed, or an ancestor in this forward
+        index = relative.clamp(0, width - 1)[:, None, :].expand(rows, width, columns)
+        tree = ancestors.gather(2, index)  # [R, w, columns]
+        allowed = (relative < 0)[:, None] | (inside[:, None] & tree)
         blocked = torch.finfo(self.dtype).min
-        mask = torch.full((width, columns), blocked, dtype=self.dtype, device=self.device)
+        mask = torch.full((rows, width, columns), blocked, dtype=self.dtype, device=self.device)
         mask.masked_fill_(allowed, 0)
         out = self.model(
             input_ids=input_ids,
-            position_ids=(depths + length)[None],
-            attention_mask=mask[None, None],
+            position_ids=depths + lengths,
+            attention_mask=mask[:, None],
             **(self._kwargs if all_logits else self._prefill_kwargs),
         )
-        return out.logits[0]
+        return out.logits
 
-    def _replay(self, entry: _Captured) -> None:
-        if entry.graph is None:  # buffers without a graph (tests of this path on CPU)
-            entry.logits = self._run(entry.input_ids, entry.length, entry.depths, entry.ancestors)
-        else:
-            entry.graph.replay()
-
-    def _capture(self, width: int, captured: dict | None) -> _Captured:
-        """Warm up and capture the width-`width` forward (writes only to scratch slots)."""
-        ancestors, depths = self._chain_layout(width)
-        entry = _Captured(
-            input_ids=torch.zeros(1, width, dtype=torch.long, device=self.device),
-            length=torch.tensor(self.max_length, device=self.device),
+    def _capture(self, rows: int, width: int, captured: dict | None) -> _Shape:
+        """Capture the (rows, width) forward; its warm-up writes only at scratch slots."""
+        depths, ancestors = self._chain_layout(rows, width)
+        shape = _Shape(
+            input_ids=torch.zeros(rows, width, dtype=torch.long, device=self.device),
+            lengths=torch.full((rows,), self.max_length, device=self.device),
             depths=depths.clone(),
             ancestors=ancestors.clone(),
         )
         self._slots.limit = None
-        self._graphs[width] = entry
-        if self.device.type != "cuda":
-            return entry
-        stream = torch.cuda.Stream(self.device)
-        stream.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(stream):
-            for _ in range(2):
-                self._run(entry.input_ids, entry.length, entry.depths, entry.ancestors)
-        torch.cuda.current_stream(self.device).wait_stream(stream)
-        entry.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(entry.graph):  # own pool: no graph reuses another's outputs
-            entry.logits = self._run(entry.input_ids, entry.length, entry.depths, entry.ancestors)
-        if captured is not None:
-            entry.states = dict(captured)
-        return entry
+
+        def run() -> tuple:
+            return (self._run(shape.input_ids, shape.lengths, shape.depths, shape.ancestors),)
+
+        shape.call = CapturedCall({}, run).capture(self.device)
+        if captured is not None and self.device.type == "cuda":
+            shape.states = dict(captured)
+        self._shapes[(rows, width)] = shape
+        return shape

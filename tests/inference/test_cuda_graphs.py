@@ -75,11 +75,11 @@ def test_graphed_greedy_output_equals_eager_target_only(target_on_gpu, name):
     eager = SpeculativeGenerator(target, tokenizer)
     proposer = _proposers(target, tokenizer)[name]
     graphed = SpeculativeGenerator(target, tokenizer, proposer, 4, cache=CacheSettings(static=True))
-    assert graphed.static.use_graphs
+    assert graphed.forward.use_graphs
     for prompt in prompts:
         expected = eager.generate(prompt, params).token_ids
         assert graphed.generate(prompt, params).token_ids == expected, name
-    assert graphed.static._graphs, "no forward was replayed from a graph"
+    assert graphed.forward._shapes, "no forward was replayed from a graph"
 
 
 def _tau(generator, prompts, params) -> float:

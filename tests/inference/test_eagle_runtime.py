@@ -117,7 +117,7 @@ def test_static_drafting_proposes_what_the_growing_cache_proposes(
         static = name != "growing"
         inner = EagleProposer(drafter, tree, cache=CacheSettings(static=static, max_length=256))
         if name == "graph-buffers":
-            inner.static.use_graphs = True
+            inner.slots.use_graphs = True
         proposer = RecordingProposer(inner)
         generator = SpeculativeGenerator(
             model, tokenizer, proposer, 4, cache=CacheSettings(static=static, max_length=256)
@@ -129,8 +129,8 @@ def test_static_drafting_proposes_what_the_growing_cache_proposes(
     assert outputs["static"] == outputs["growing"] == outputs["graph-buffers"]
     assert proposals["static"] == proposals["growing"] == proposals["graph-buffers"]
     assert sum(len(tokens) for tokens, _ in proposals["static"]) > 0
-    graphs = inner.static._chains if tree is None else inner.static._trees
-    assert inner.static._feeds and graphs  # the graph-buffer path really ran
+    graphs = inner.slots._chains if tree is None else inner.slots._trees
+    assert inner.slots._feeds and graphs  # the graph-buffer path really ran
 
 
 @pytest.mark.parametrize("case", sorted(STATIC_CASES))
@@ -220,7 +220,8 @@ def test_sampling_runs_and_drafter_cache_holds_only_real_positions(drafters, tar
     assert out.metrics.num_draft_tokens > 0
     # after the last round the cache holds real entries only: one per committed position
     # that has a target state, i.e. all but the positions committed in the last round
-    assert len(proposer.cache) == proposer.fed <= prompt_len + len(out.token_ids) - 1
+    assert proposer.slots.length <= prompt_len + len(out.token_ids) - 1
+    assert proposer.slots.length >= prompt_len - 1
     again = generator.generate(PROMPTS[0], params)
     assert again.token_ids == out.token_ids  # same seed, same output: no state leaks
 

@@ -115,7 +115,7 @@ def _eagle3(target, tree: bool, static: bool = False):
     cache = CacheSettings(static=static, max_length=64)
     proposer = EagleProposer(drafter.eval(), tree_settings if tree else None, cache)
     if static:
-        proposer.static.use_graphs = True
+        proposer.slots.use_graphs = True
     return proposer
 
 

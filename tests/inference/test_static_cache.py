@@ -77,22 +77,23 @@ def test_a_greedy_static_round_reads_the_host_once(target_and_tokenizer, name):
 def test_committing_a_tree_branch_leaves_the_cache_of_that_sequence(target_and_tokenizer):
     model, _ = target_and_tokenizer
     runner = StaticForward(model, max_length=64)
+    runner.reset(1)
     prefix = torch.tensor([[5, 17, 33, 8, 90]])
-    runner.forward(prefix)
-    runner.commit(list(range(5)))
+    runner.forward(prefix, None, None)
+    runner.commit([list(range(5))])
     # root 41 with two branches: 7 -> 12 (nodes 0, 2) and 9 (node 1)
     tree = torch.tensor([[41, 7, 9, 12]])
     ancestors = torch.tensor(
         [[1, 0, 0, 0], [1, 1, 0, 0], [1, 0, 1, 0], [1, 1, 0, 1]], dtype=torch.bool
     )
-    runner.forward(tree, ancestors, torch.tensor([0, 1, 1, 2]))
-    runner.commit([0, 1, 3])  # root, 7, 12
-    logits = runner.forward(torch.tensor([[60]]))[-1]
+    runner.forward(tree, torch.tensor([[0, 1, 1, 2]]), ancestors[None])
+    runner.commit([[0, 1, 3]])  # root, 7, 12
+    logits = runner.forward(torch.tensor([[60]]), None, None)[0, -1]
     full = model(input_ids=torch.tensor([[5, 17, 33, 8, 90, 41, 7, 12, 60]])).logits[0, -1]
     torch.testing.assert_close(logits, full, atol=1e-4, rtol=1e-4)
     # a chain rolled back by length alone: stale slots past it are never read
-    runner.rollback(6)  # keep ... 90, 41
-    logits = runner.forward(torch.tensor([[3]]))[-1]
+    runner.rollback([6])  # keep ... 90, 41
+    logits = runner.forward(torch.tensor([[3]]), None, None)[0, -1]
     full = model(input_ids=torch.tensor([[5, 17, 33, 8, 90, 41, 3]])).logits[0, -1]
     torch.testing.assert_close(logits, full, atol=1e-4, rtol=1e-4)
 
@@ -130,16 +131,16 @@ def test_graph_buffers_give_the_same_tokens(target_and_tokenizer):
     params = SamplingParams(max_new_tokens=40)
     reference = [SpeculativeGenerator(model, tokenizer).generate(p, params) for p in PROMPTS]
     draft = DraftModelProposer(noisy, cache=CacheSettings(static=True, max_length=256))
-    draft.static.use_graphs = True
+    draft.forward.use_graphs = True
     for proposer in (draft, TopKTreeProposer(noisy, width=2)):
         generator = SpeculativeGenerator(
             model, tokenizer, proposer, 4, cache=CacheSettings(static=True, max_length=256)
         )
-        generator.static.use_graphs = True  # buffers without graphs off CUDA
+        generator.forward.use_graphs = True  # buffers without graphs off CUDA
         for prompt, expected in zip(PROMPTS, reference, strict=True):
             assert generator.generate(prompt, params).token_ids == expected.token_ids
-        assert len(generator.static._graphs) > 1
-    assert draft.static._graphs
+        assert len(generator.forward._shapes) > 1
+    assert draft.forward._shapes
 
 
 def test_generate_command_and_load_take_the_static_cache(testbed_tiny, capsys):

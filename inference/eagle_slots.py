@@ -1,12 +1,12 @@
-"""EAGLE drafting over a preallocated drafter cache, with CUDA graphs on a GPU.
+"""EAGLE drafting on slot buffers: the catch-up, the chain and the greedy EAGLE-2 tree, written
+once as tensor code, eager on a growing cache and replayed as CUDA graphs on a static one.
 
-The eager proposer (`eagle.py`) grows its `DraftCache` and reads drafted tokens back to the
-host as it goes. Here the drafter's keys and values live in buffers allocated once
-(`max_length` real positions plus scratch for the drafts), and a round is two fixed-shape
-computations, each captured once as a CUDA graph and replayed:
+The drafter's keys and values live in buffers indexed by slot: a growing cache enlarges them
+as the context grows (`GROW` slots at a time), a static one allocates `max_length` real
+positions plus scratch for the drafts once. A round is two computations:
 
 - the catch-up: the n new real entries (target states with their next tokens) written at slots
-  `length .. length + n - 1`, one graph per width n (wider ones, the prompt, run eagerly);
+  `length .. length + n - 1`;
 - the proposal: a chain of `gamma` draft steps, each writing its token's entry at the next
   scratch slot, or a greedy EAGLE-2 tree (`tree`: each depth's frontier fed in one forward,
   its children scored and the next frontier chosen by a stable sort on the device, the best
@@ -14,12 +14,13 @@ computations, each captured once as a CUDA graph and replayed:
   stay on the device, so the host reads nothing until the verification reads them with the
   target's answer.
 
-Entry t sits at slot t with position t, as in the growing cache; a query sees every slot before
-`length`, and in the scratch region only the slots of its own ancestors and itself, so stale
-drafts are never read and rolling back is only a new `length`. At T > 0 each chain step samples
-by Gumbel-max from uniforms drawn with the request's generator before the replay, an exact draw
-from q; sampled trees draft eagerly on the scratch slots (`growing_view`). On CPU the same code
-runs eagerly (reading only the columns written so far).
+Entry t sits at slot t with position t; a query sees every slot before `length`, and in the
+scratch region only the slots of its own ancestors and itself, so stale drafts are never read
+and rolling back is only a new `length`. At T > 0 each chain step samples by Gumbel-max from
+uniforms drawn with the request's generator before the step, an exact draw from q; sampled
+trees draft eagerly on the scratch slots (`growing_view`). Eagerly (CPU, or a growing cache)
+attention reads only the slots written so far; on CUDA a static cache captures each catch-up
+width up to `max_graph_width`, each chain length and each tree once as a graph and replays it.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from __future__ import annotations
 import torch
 
 from ..architectures.eagle import EagleDrafter
+from .cache_settings import CacheSettings
 from .errors import GenerationError
 from .graphs import CapturedCall, use_cuda_graphs
 from .sampling import SamplingParams, gumbel_pick, probabilities
@@ -34,17 +36,25 @@ from .tree import TreeSettings, tree_layout
 
 
 class SlotDraftCache:
-    """`DraftCache`'s interface over buffers allocated once: `append` writes at `slots`, and
-    `keys`/`values` are the first `columns` slots (None: all of them, what a graph reads)."""
+    """`DraftCache`'s interface over buffers indexed by slot: `append` writes at `slots`, and
+    `keys`/`values` are the first `columns` slots (None: all of them, what a graph reads).
+    A growable cache enlarges its buffers on `reserve`; a static one refuses to."""
 
-    def __init__(self, drafter: EagleDrafter, size: int) -> None:
+    GROW = 256
+
+    def __init__(self, drafter: EagleDrafter, size: int, growable: bool) -> None:
         attention = drafter.midlayer.self_attn
         weight = drafter.fc.weight
         shape = (1, attention.kv_heads, size, attention.head_dim)
         self._keys = torch.zeros(shape, device=weight.device, dtype=weight.dtype)
         self._values = torch.zeros_like(self._keys)
+        self.growable = growable
         self.slots = torch.zeros(0, dtype=torch.long, device=weight.device)
         self.columns: int | None = None
+
+    @property
+    def size(self) -> int:
+        return self._keys.shape[2]
 
     @property
     def keys(self) -> torch.Tensor:
@@ -57,6 +67,22 @@ class SlotDraftCache:
     def append(self, k: torch.Tensor, v: torch.Tensor) -> None:
         self._keys.index_copy_(2, self.slots, k)
         self._values.index_copy_(2, self.slots, v)
+
+    def reserve(self, slots: int) -> bool:
+        """Room for `slots` slots: a growable cache enlarges its buffers (True when it did)."""
+        if slots <= self.size:
+            return False
+        if not self.growable:
+            raise GenerationError(
+                f"the drafter's static cache holds {self.size} slots; this round needs {slots}"
+            )
+        size = -(-slots // self.GROW) * self.GROW
+        grown = self._keys.new_zeros(*self._keys.shape[:2], size, self._keys.shape[3])
+        grown_values = torch.zeros_like(grown)
+        grown[:, :, : self.size] = self._keys
+        grown_values[:, :, : self.size] = self._values
+        self._keys, self._values = grown, grown_values
+        return True
 
     def nbytes(self) -> int:
         return 2 * self._keys.numel() * self._keys.element_size()
@@ -90,37 +116,36 @@ class GrowingView:
         self.length = min(self.length, length)
 
 
-class StaticEagle:
-    """An EAGLE drafter's cache, chains and greedy trees on static buffers; see the module
-    docstring.
+class EagleSlots:
+    """An EAGLE drafter's cache, catch-ups, chains and greedy trees on slot buffers; see the
+    module docstring.
 
-    `cuda_graphs`: None = on when the drafter is on CUDA. Catch-ups up to `max_graph_width`
-    entries, chains up to `max_chain` tokens and trees of `tree`'s size are captured on first
-    use.
+    `cache`: growing (eager), or static (`max_length` real positions; on CUDA, catch-ups up to
+    `max_graph_width` entries, chains up to `max_chain` tokens and trees of `tree`'s size are
+    captured as CUDA graphs on first use).
     """
 
     def __init__(
         self,
         drafter: EagleDrafter,
-        max_length: int,
-        cuda_graphs: bool | None = None,
+        cache: CacheSettings,
+        tree: TreeSettings | None = None,
         max_graph_width: int = 16,
         max_chain: int = 16,
-        tree: TreeSettings | None = None,
     ) -> None:
         self.drafter = drafter.eval()
         self.device = drafter.fc.weight.device
-        self.use_graphs = use_cuda_graphs(self.device, cuda_graphs)
-        self.max_length = max_length
+        self.use_graphs = cache.static and use_cuda_graphs(self.device, cache.cuda_graphs)
+        self.max_length = cache.max_length if cache.static else None
         self.max_graph_width = max_graph_width
-        self.max_chain = max_chain
-        scratch = max(max_graph_width, max_chain)
+        self.max_chain = max_chain if cache.static else None
+        #: slots past the real entries that a round's drafts (and graph warm-ups) write
+        self.scratch = max(max_graph_width, max_chain)
         if tree is not None:  # a greedy tree's feeds, or a sampled tree's nodes
-            scratch = max(scratch, (tree.depth - 1) * tree.top_k, tree.total_tokens)
-        #: slots past max_length: graph warm-ups and drafts write there, nothing real does
-        self.size = max_length + scratch
-        self.cache = SlotDraftCache(drafter, self.size)
-        self._offsets = torch.arange(self.size, device=self.device)
+            self.scratch = max(self.scratch, (tree.depth - 1) * tree.top_k, tree.total_tokens)
+        size = cache.max_length + self.scratch if cache.static else SlotDraftCache.GROW
+        self.cache = SlotDraftCache(drafter, size, growable=not cache.static)
+        self._offsets = torch.arange(self.cache.size, device=self.device)
         draft_ids = torch.arange(drafter.draft_vocab_size, device=self.device)
         self._to_target = drafter.to_target_ids(draft_ids)
         self._vocab = drafter.fields["vocab_size"]
@@ -128,6 +153,16 @@ class StaticEagle:
         self._chains: dict[tuple, CapturedCall] = {}
         self._trees: dict[tuple, CapturedCall] = {}
         self.length = 0  # real entries
+
+    @property
+    def size(self) -> int:
+        """Slots allocated now."""
+        return self.cache.size
+
+    def _reserve(self, slots: int) -> None:
+        """Room for `slots` slots (a growing cache enlarges its buffers)."""
+        if self.cache.reserve(slots):
+            self._offsets = torch.arange(self.cache.size, device=self.device)
 
     def reset(self) -> None:
         """Start a new request (buffers and graphs stay)."""
@@ -143,11 +178,12 @@ class StaticEagle:
         """Append n real entries (tokens [1, n], target states [1, n, k*h]); the drafter's
         output at the last of them [1, 1, h] (valid until the next call)."""
         width = input_ids.shape[1]
-        if self.length + width > self.max_length:
+        if self.max_length is not None and self.length + width > self.max_length:
             raise GenerationError(
                 f"the drafter's static cache holds {self.max_length} positions; this request "
                 f"needs {self.length + width} (raise the cache's max_length)"
             )
+        self._reserve(self.length + width + self.scratch)
         if not self.use_graphs or width > self.max_graph_width:
             out = self._feed(input_ids, states, self.length)
         else:
@@ -173,11 +209,12 @@ class StaticEagle:
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """A chain of `gamma` target token ids [gamma] on the device and, at T > 0, the
         distributions q they were drawn from over the target vocabulary [gamma, vocab]."""
-        if not 1 <= gamma <= self.max_chain:
+        if self.max_chain is not None and not 1 <= gamma <= self.max_chain:
             raise GenerationError(
                 f"the static EAGLE drafter drafts chains of 1 to {self.max_chain} tokens, "
                 f"not {gamma}"
             )
+        self._reserve(self.length + gamma)
         uniforms = None
         if not params.greedy:
             shape = (gamma, self.drafter.draft_vocab_size)
@@ -319,9 +356,11 @@ class StaticEagle:
         columns = length + width if eager else self.size
         self.cache.slots = slots
         self.cache.columns = columns if eager else None
-        relative = self._offsets[:columns] - length  # [columns]: slot - length
-        mask = relative[None, :] <= self._offsets[:width, None]  # committed, or up to itself
-        return self.drafter.extend(input_ids, g, slots[None], self.cache, mask[None, None])
+        mask = None  # eagerly one entry reads exactly the slots written: all of them
+        if width > 1 or not eager:
+            relative = self._offsets[:columns] - length  # [columns]: slot - length
+            mask = (relative[None, :] <= self._offsets[:width, None])[None, None]
+        return self.drafter.extend(input_ids, g, slots[None], self.cache, mask)
 
     # -- capture ------------------------------------------------------------------------
     def _capture_feed(self, width: int, like: torch.Tensor) -> CapturedCall:

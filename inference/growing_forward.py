@@ -1,17 +1,20 @@
-"""Batched forwards over a growing `DynamicCache`, each row at its own length.
+"""Forwards of one causal LM over a growing `DynamicCache`, each row at its own length.
 
-The cache is [rows, heads, slots, dim] and kept *compact*: after every commit each row's valid
-slots are gathered to the front, and dropped rows are gathered away. A forward appends R x w
-slots after the widest row; row r's queries see its slots [0, lengths[r]) and its own
-ancestors among the new ones, at positions `lengths[r] + depth`. `StaticBatchForward` is the
-same interface over buffers allocated once.
+Batch-1 decoding is the one-row case of batched decoding. The cache is [rows, heads, slots,
+dim] and kept *compact*: after every commit each row's valid slots are gathered to the front,
+and dropped rows are gathered away. A forward appends R x w slots after the widest row; row
+r's queries see its slots [0, lengths[r]) and its own ancestors among the new ones, at
+positions `lengths[r] + depth`. One row needs no gather: a chain's rejected tail is cropped, a
+tree's accepted path is moved down (`kv_cache.keep_tail`), and a chain forward runs with the
+model's own causal mask. `StaticForward` (`static_forward.py`) is the same interface over
+buffers allocated once.
 """
 
 from __future__ import annotations
 
 import torch
 
-from .kv_cache import _layers, cache_kwargs
+from .kv_cache import _layers, cache_kwargs, cache_nbytes, crop, keep_tail
 from .transfer import to_device
 
 
@@ -24,8 +27,8 @@ def _gather(cache, rows: torch.Tensor, slots: torch.Tensor) -> None:
         layer.values = torch.gather(values, 2, index)
 
 
-class DynamicBatchForward:
-    """Batched forwards of `model` over a growing cache; see the module docstring."""
+class GrowingForward:
+    """Forwards of `model` over a growing cache; see the module docstring."""
 
     def __init__(self, model) -> None:
         self.model = model.eval()
@@ -40,17 +43,27 @@ class DynamicBatchForward:
 
         self.cache, self.lengths = DynamicCache(), [0] * rows
 
+    def nbytes(self) -> int:
+        """Bytes the cache holds now (the last forward's uncommitted slots included)."""
+        return cache_nbytes(self.cache)
+
     def forward(
         self,
         input_ids: torch.Tensor,  # [R, w] on the model's device, R = the live rows
-        depths: torch.Tensor,  # [R, w] positions relative to each row's length
-        ancestors: torch.Tensor,  # [R, w, w] bool: in row r, a attends b
+        depths: torch.Tensor | None,  # [R, w] positions relative to each row's length
+        ancestors: torch.Tensor | None,  # [R, w, w] bool: in row r, a attends b; None: chains
         captured: dict | None = None,  # unused: hooks refresh it on every eager forward
         all_logits: bool = True,  # False: the last position's only (prefill)
     ) -> torch.Tensor:
         """Logits [R, w, vocab]."""
-        width = input_ids.shape[1]
+        rows, width = input_ids.shape
         self._width = self.cache.get_seq_length()
+        kwargs = cache_kwargs(self.model, self.cache, not all_logits)
+        if ancestors is None and rows == 1:  # one chain after a compact row: plain causal
+            return self.model(input_ids=input_ids, **kwargs).logits
+        if ancestors is None:
+            ancestors = torch.ones(width, width, dtype=torch.bool).tril().repeat(rows, 1, 1)
+            depths = torch.arange(width).repeat(rows, 1)
         lengths = to_device(self.lengths, self.device)[:, None]
         past = torch.arange(self._width, device=self.device) < lengths  # [R, width]
         allowed = torch.cat(
@@ -62,18 +75,35 @@ class DynamicBatchForward:
             input_ids=input_ids,
             attention_mask=mask[:, None],
             position_ids=depths.to(self.device) + lengths,
-            **cache_kwargs(self.model, self.cache, not all_logits),
+            **kwargs,
         )
         return out.logits
 
     def commit(self, kept: list[list[int]]) -> None:
         """Keep, in row r, the last forward's slots `kept[r]` (relative, in order)."""
+        if len(kept) == 1:  # one compact row: crop, or move a tree's path down in place
+            (row,) = kept
+            if row == list(range(len(row))):
+                crop(self.cache, self._width + len(row))
+            else:
+                keep_tail(self.cache, self._width, row)
+            self.lengths = [self._width + len(row)]
+            return
         slots = [
             list(range(length)) + [self._width + s for s in row_kept]
             for length, row_kept in zip(self.lengths, kept, strict=True)
         ]
         self.lengths = [len(s) for s in slots]
         self._keep(list(range(len(slots))), slots)
+
+    def rollback(self, lengths: list[int]) -> None:
+        """Forget, in row r, every position from `lengths[r]` on."""
+        lengths = [min(old, new) for old, new in zip(self.lengths, lengths, strict=True)]
+        if len(lengths) == 1:
+            crop(self.cache, lengths[0])
+        elif lengths != self.lengths:
+            self._keep(list(range(len(lengths))), [list(range(n)) for n in lengths])
+        self.lengths = lengths
 
     def keep_rows(self, rows: list[int]) -> None:
         """Keep the live rows `rows` (in that order)."""
