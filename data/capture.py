@@ -119,8 +119,6 @@ def capture_offline(
 
     Returns the index. Logs the disk estimate before the first forward.
     """
-    from safetensors.torch import save_file
-
     adapter.check_layer_indices(layers)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -135,19 +133,7 @@ def capture_offline(
         "num_samples": len(dataset),
     }
     index_path = out_dir / INDEX_FILE
-    shards: list[dict] = []
-    if index_path.is_file():
-        existing = json.loads(index_path.read_text())
-        if {k: existing.get(k) for k in header} != header:
-            raise CaptureError(
-                f"{out_dir} holds a capture of other data, layers or target; use another dir"
-            )
-        for shard in existing["shards"]:
-            file = out_dir / shard["file"]
-            if not file.is_file() or _sha256(file) != shard["sha256"]:
-                logger.warning("shard %s missing or corrupt; recapturing from it", shard["file"])
-                break
-            shards.append(shard)
+    shards = _shards_done(out_dir, index_path, header)
     need = estimate_bytes(dataset, adapter.hidden_size, header["layers"], config.torch_dtype)
     logger.info(
         "offline capture: %d samples, layers %s, %.2f GB on disk (%d shard(s) already done)",
@@ -162,23 +148,48 @@ def capture_offline(
         tensors = _capture_range(
             adapter, dataset, start, stop, header["layers"], config, pad_token_id
         )
-        name = f"shard-{len(shards):05d}.safetensors"
-        tmp = out_dir / (name + ".tmp")
-        save_file(tensors, str(tmp))  # no metadata: its key order varies, and so would sha256
-        os.replace(tmp, out_dir / name)
-        shards.append(
-            {
-                "file": name,
-                "first": start,
-                "count": stop - start,
-                "tokens": int(tensors["offsets"][-1]),
-                "sha256": _sha256(out_dir / name),
-            }
-        )
+        shards.append(_write_shard(out_dir, len(shards), start, stop, tensors))
         _write_json_atomic(index_path, {**header, "shards": shards})
     if not shards:
         _write_json_atomic(index_path, {**header, "shards": shards})
     return {**header, "shards": shards}
+
+
+def _shards_done(out_dir: Path, index_path: Path, header: dict) -> list[dict]:
+    """The shards an earlier run of the same capture wrote intact, in order (up to the first
+    missing or corrupt one); a capture of other data, layers or target is refused."""
+    if not index_path.is_file():
+        return []
+    existing = json.loads(index_path.read_text())
+    if {k: existing.get(k) for k in header} != header:
+        raise CaptureError(
+            f"{out_dir} holds a capture of other data, layers or target; use another dir"
+        )
+    shards = []
+    for shard in existing["shards"]:
+        file = out_dir / shard["file"]
+        if not file.is_file() or _sha256(file) != shard["sha256"]:
+            logger.warning("shard %s missing or corrupt; recapturing from it", shard["file"])
+            break
+        shards.append(shard)
+    return shards
+
+
+def _write_shard(out_dir: Path, number: int, start: int, stop: int, tensors: dict) -> dict:
+    """Shard `number` (rows start..stop) written atomically; its index entry."""
+    from safetensors.torch import save_file
+
+    name = f"shard-{number:05d}.safetensors"
+    tmp = out_dir / (name + ".tmp")
+    save_file(tensors, str(tmp))  # no metadata: its key order varies, and so would sha256
+    os.replace(tmp, out_dir / name)
+    return {
+        "file": name,
+        "first": start,
+        "count": stop - start,
+        "tokens": int(tensors["offsets"][-1]),
+        "sha256": _sha256(out_dir / name),
+    }
 
 
 def _capture_range(adapter, dataset, start, stop, layers, config, pad_token_id):

@@ -115,19 +115,7 @@ def publish(
     except DrafterError as err:
         raise PublishError(str(err)) from err
     check_weights(folder)
-    report = read_report(report_path)
-    measured = report.get("checkpoint", {}).get("sha256")
-    if measured != digest:
-        raise PublishError(
-            f"the report {report_path} measured checkpoint {str(measured)[:16]}…, but {folder} "
-            f"is {digest[:16]}…; evaluate this checkpoint before publishing it"
-        )
-    if report.get("serving", {}).get("lossy"):
-        raise PublishError(
-            f"the report {report_path} was measured with {report['serving']['acceptance']} "
-            "acceptance, which is lossy; the zoo publishes exact (lossless) measurements"
-        )
-    check_certificate(report, report_path)
+    report = _report_of(folder, digest, report_path)
     name = name or str(record.get("recipe", {}).get("name") or folder.name)
     if not ZOO_NAME.fullmatch(name):
         raise PublishError(
@@ -163,6 +151,25 @@ def publish(
             "published": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         }
     return target
+
+
+def _report_of(folder: Path, digest: str, report_path: Path | None) -> dict:
+    """The report that measured exactly this checkpoint, losslessly, with a passed
+    certificate; anything else is refused."""
+    report = read_report(report_path)
+    measured = report.get("checkpoint", {}).get("sha256")
+    if measured != digest:
+        raise PublishError(
+            f"the report {report_path} measured checkpoint {str(measured)[:16]}…, but {folder} "
+            f"is {digest[:16]}…; evaluate this checkpoint before publishing it"
+        )
+    if report.get("serving", {}).get("lossy"):
+        raise PublishError(
+            f"the report {report_path} was measured with {report['serving']['acceptance']} "
+            "acceptance, which is lossy; the zoo publishes exact (lossless) measurements"
+        )
+    check_certificate(report, report_path)
+    return report
 
 
 def _build_folder(source, tmp, name, record, report, report_path) -> None:

@@ -380,23 +380,13 @@ class Evaluation:
             },
             "draft_ms_per_round": 1e3 * spec.draft_seconds / max(1, spec.forwards),
             "verify_ms_per_round": 1e3 * spec.verify_seconds / max(1, spec.forwards),
-            "categories": {
-                name: {
-                    "prompts": sum(1 for p in prompts[1:] if p.category == name),
-                    "tau": runs["speculative"].tokens / max(1, runs["speculative"].forwards),
-                    "speedup": _rate(runs["speculative"]) / _rate(runs["target"]),
-                }
-                for name, runs in categories.items()
-            },
+            "categories": _by_category(prompts[1:], categories),
             # per prompt (first repeat): tokens and verification forwards, for exact re-checks
             "per_prompt": [
-                {
-                    "id": prompt.prompt_id,
-                    "tokens": repeats[0]["runs"]["speculative"][i].tokens,
-                    "forwards": repeats[0]["runs"]["speculative"][i].forwards,
-                }
-                for i, prompt in enumerate(prompts)
-                if i > 0
+                {"id": prompt.prompt_id, "tokens": run.tokens, "forwards": run.forwards}
+                for prompt, run in zip(
+                    prompts[1:], repeats[0]["runs"]["speculative"][1:], strict=True
+                )
             ],
         }
         if temperature == 0:
@@ -408,6 +398,18 @@ class Evaluation:
                 "reference": "target-only at the same batch size",
             }
         return result
+
+
+def _by_category(prompts, categories: dict[str, dict[str, _Run]]) -> dict[str, dict]:
+    """Prompts, tau and speedup of each prompt category."""
+    return {
+        name: {
+            "prompts": sum(1 for p in prompts if p.category == name),
+            "tau": runs["speculative"].tokens / max(1, runs["speculative"].forwards),
+            "speedup": _rate(runs["speculative"]) / _rate(runs["target"]),
+        }
+        for name, runs in categories.items()
+    }
 
 
 def _add_positions(into: list[int], counts: list[int]) -> None:
@@ -465,33 +467,8 @@ def evaluate(
     started = time.perf_counter()
     with tqdm(total=steps, desc="eval", unit="prompt", disable=not show_progress) as progress:
         results = evaluation.run(prompts, progress)
-    memory = {
-        "target_bytes": _module_bytes(target),
-        "drafter_bytes": _module_bytes(drafter.module),
-        "peak_kv_cache_bytes": evaluation.peak_cache_bytes,  # measured in batch-1 decodes
-        "process_peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-        "cuda_peak_allocated_bytes": (
-            torch.cuda.max_memory_allocated() if torch.cuda.is_available() else None
-        ),
-    }
-    memory["target_drafter_caches_bytes"] = (
-        memory["target_bytes"] + memory["drafter_bytes"] + memory["peak_kv_cache_bytes"]
-    )
-    teacher_forced = None
-    if config.teacher_forced:
-        from .teacher_forced import teacher_forced_results
-
-        teacher_forced = teacher_forced_results(
-            target,
-            tokenizer,
-            drafter.module,
-            [p.render(tokenizer, config.chat) for p in prompts[1:]],
-            config.temperatures,
-            config.max_new_tokens,
-            config.num_speculative_tokens,
-            config.seed + 1,  # the seeds of the first repeat's decodes (0 is the warm-up)
-            config.position_edges,
-        )
+    memory = _memory(target, drafter, evaluation.peak_cache_bytes)
+    teacher_forced = _teacher_forced(target, tokenizer, drafter, config, prompts[1:])
     record = drafter.record
     return {
         "version": REPORT_VERSION,
@@ -523,6 +500,42 @@ def evaluate(
         "seconds": time.perf_counter() - started,
         **environment(next(target.parameters()).device),
     }
+
+
+def _memory(target, drafter: DrafterRuntime, peak_cache_bytes: int) -> dict[str, Any]:
+    """What the evaluation held: weights, the peak KV caches, the process's peak memory."""
+    memory = {
+        "target_bytes": _module_bytes(target),
+        "drafter_bytes": _module_bytes(drafter.module),
+        "peak_kv_cache_bytes": peak_cache_bytes,  # measured in batch-1 decodes
+        "process_peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "cuda_peak_allocated_bytes": (
+            torch.cuda.max_memory_allocated() if torch.cuda.is_available() else None
+        ),
+    }
+    memory["target_drafter_caches_bytes"] = (
+        memory["target_bytes"] + memory["drafter_bytes"] + memory["peak_kv_cache_bytes"]
+    )
+    return memory
+
+
+def _teacher_forced(target, tokenizer, drafter: DrafterRuntime, config, prompts) -> dict | None:
+    """The teacher-forced estimates on the measured prompts, when the config asks for them."""
+    if not config.teacher_forced:
+        return None
+    from .teacher_forced import teacher_forced_results
+
+    return teacher_forced_results(
+        target,
+        tokenizer,
+        drafter.module,
+        [p.render(tokenizer, config.chat) for p in prompts],
+        config.temperatures,
+        config.max_new_tokens,
+        config.num_speculative_tokens,
+        config.seed + 1,  # the seeds of the first repeat's decodes (0 is the warm-up)
+        config.position_edges,
+    )
 
 
 def certificate_of(

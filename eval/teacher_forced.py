@@ -130,6 +130,35 @@ def target_sequences(
     return sequences
 
 
+class _PositionBuckets:
+    """Step-0 acceptance summed per sequence-position bucket [0, e_1), [e_1, e_2), ...,
+    [e_last, end)."""
+
+    def __init__(self, position_edges: Sequence[int], device) -> None:
+        self.edges = [0, *position_edges]
+        if any(b <= a for a, b in itertools.pairwise(self.edges)):
+            raise ValueError(
+                f"position_edges must increase from above 0, got {list(position_edges)}"
+            )
+        self.edges_tensor = torch.tensor(self.edges, device=device)
+        self.sums = torch.zeros(len(self.edges), dtype=torch.float64, device=device)
+        self.counts = torch.zeros(len(self.edges), dtype=torch.long, device=device)
+
+    def add(self, positions: torch.Tensor, accepted: torch.Tensor) -> None:
+        """Acceptance `accepted` [n] of drafts at sequence `positions` [n]."""
+        bucket = torch.bucketize(positions, self.edges_tensor, right=True) - 1
+        self.sums += torch.bincount(bucket, accepted.double(), minlength=len(self.edges))
+        self.counts += torch.bincount(bucket, minlength=len(self.edges))
+
+    def buckets(self) -> list[PositionBucket]:
+        ends = [*self.edges[1:], None]
+        totals = zip(self.edges, ends, self.sums.tolist(), self.counts.tolist(), strict=True)
+        return [
+            PositionBucket(start, end, float(total / n) if n else 0.0, int(n))
+            for start, end, total, n in totals
+        ]
+
+
 def teacher_forced_scores(
     drafter: EagleDrafter,
     adapter: TargetAdapter,
@@ -150,12 +179,7 @@ def teacher_forced_scores(
     device = drafter.fc.weight.device
     can_propose = proposable(drafter).to(device)
     keep = None if within is None else within.to(device)
-    edges = [0, *position_edges]
-    if any(b <= a for a, b in itertools.pairwise(edges)):
-        raise ValueError(f"position_edges must increase from above 0, got {list(position_edges)}")
-    edges_tensor = torch.tensor(edges, device=device)
-    bucket_sums = torch.zeros(len(edges), dtype=torch.float64, device=device)
-    bucket_counts = torch.zeros(len(edges), dtype=torch.long, device=device)
+    by_position = _PositionBuckets(position_edges, device)
     sums, sums_within, outside, count = [0.0] * steps, [0.0] * steps, 0.0, 0
     repeated_sum, repeated_count = 0.0, 0
     for tokens, prompt_length in sequences:
@@ -178,27 +202,18 @@ def teacher_forced_scores(
                 repeated_sum += float(overlap[copied].sum())
                 repeated_count += int(copied.sum())
             if j == 0 and position_edges:
-                bucket = torch.bucketize(ts + 2, edges_tensor, right=True) - 1
-                weights = overlap.sum(-1).double()
-                bucket_sums += torch.bincount(bucket, weights, minlength=len(edges))
-                bucket_counts += torch.bincount(bucket, minlength=len(edges))
+                by_position.add(ts + 2, overlap.sum(-1))
         outside += float(p[ts + 1][:, ~can_propose].sum())
         count += len(ts)
     if not count:
         raise ValueError(f"no sequence is long enough to score {steps} draft steps")
-    buckets = [
-        PositionBucket(start, end, float(total / n) if n else 0.0, int(n))
-        for start, end, total, n in zip(
-            edges, [*edges[1:], None], bucket_sums.tolist(), bucket_counts.tolist(), strict=True
-        )
-    ]
     fresh_count = count - repeated_count
     return TeacherForcedScores(
         [total / count for total in sums],
         outside / count,
         count,
         None if keep is None else [total / count for total in sums_within],
-        buckets if position_edges else None,
+        by_position.buckets() if position_edges else None,
         DraftSubset(repeated_sum / repeated_count if repeated_count else 0.0, repeated_count),
         DraftSubset((sums[0] - repeated_sum) / fresh_count if fresh_count else 0.0, fresh_count),
     )

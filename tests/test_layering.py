@@ -106,3 +106,26 @@ def test_the_checks_see_real_imports():
     assert "draftzoo.train.blocks" in graph["draftzoo.train.eagle"]
     assert "draftzoo.data.capture" in graph["draftzoo.train.blocks"]
     assert {_subpackage(t) for t in graph["draftzoo.cli"]} >= {"architectures", "train", "eval"}
+
+
+#: functions that are argument tables (one `add_argument` after another), not logic
+ARGUMENT_TABLES = {
+    ("draftzoo.cli_parser", "build_parser"),
+    ("draftzoo.cli_parser", "_add_zoo_commands"),
+}
+MAX_FUNCTION_LINES = 60
+
+
+def test_no_function_is_longer_than_sixty_lines():
+    """Small functions with one job: none of the package's is over 60 lines, argument tables
+    aside."""
+    long = []
+    for name, path in _modules().items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            lines = node.end_lineno - node.lineno + 1
+            if lines > MAX_FUNCTION_LINES and (name, node.name) not in ARGUMENT_TABLES:
+                long.append(f"{name}.{node.name}: {lines} lines")
+    assert not long, long
+    assert all(name in _modules() for name, _ in ARGUMENT_TABLES)

@@ -130,6 +130,23 @@ def feature_alignment(hidden: torch.Tensor, wanted: torch.Tensor) -> torch.Tenso
     ).mean(-1)
 
 
+def _token_loss(logits, target, wanted, t2d, token_loss: str) -> torch.Tensor:
+    """One step's token loss summed over its positions: the soft CE against the target's
+    distribution over the draft vocabulary (positions whose target argmax it holds), or with
+    `token_loss="tvd"` the rejection probability."""
+    if token_loss == "tvd":
+        return rejection(logits, torch.softmax(target, dim=-1)[:, t2d]).sum()
+    ce = soft_ce(logits, torch.softmax(target[:, t2d], dim=-1))
+    return ce[t2d[wanted]].sum()
+
+
+def _final_regression(hidden, wanted_state, head_norm) -> torch.Tensor:
+    """Per position SmoothL1(head_norm(h_j), f_{t+1+j}), averaged over the hidden size."""
+    return F.smooth_l1_loss(head_norm(hidden).float(), wanted_state.float(), reduction="none").mean(
+        -1
+    )
+
+
 def eagle3_loss_sums(
     outputs: list[tuple[torch.Tensor, torch.Tensor]],  # the drafter's forward, per TTT step
     select: list[torch.Tensor],  # per step, [b, s] bool: the positions of outputs[j]
@@ -161,21 +178,13 @@ def eagle3_loss_sums(
     for j, ((hidden, logits), real) in enumerate(zip(outputs, select, strict=True)):
         target = ahead(target_logits, 1 + j, real).float()
         wanted = target.argmax(-1)
-        if token_loss == "tvd":
-            rejected = rejection(logits, torch.softmax(target, dim=-1)[:, t2d])
-            loss = loss + (decay**j) * rejected.sum()
-        else:
-            ce = soft_ce(logits, torch.softmax(target[:, t2d], dim=-1))
-            loss = loss + (decay**j) * ce[t2d[wanted]].sum()
+        loss = loss + (decay**j) * _token_loss(logits, target, wanted, t2d, token_loss)
         if feature_weight:
             alignment = feature_alignment(hidden, ahead(fused, 1 + j, real).detach()).sum()
             loss = loss + feature_weight * (decay**j) * alignment
             aligned = aligned + alignment.detach()
         if final_feature_weight:
-            wanted_state = ahead(final, 1 + j, real).float()
-            regression = F.smooth_l1_loss(
-                head_norm(hidden).float(), wanted_state, reduction="none"
-            ).mean(-1)
+            regression = _final_regression(hidden, ahead(final, 1 + j, real), head_norm)
             loss = loss + final_feature_weight * (decay**j) * regression.sum()
             regressed = regressed + regression.detach().sum()
         with torch.no_grad():

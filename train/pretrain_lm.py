@@ -135,19 +135,12 @@ def pretrain(
     config: TestbedConfig, data: PreparedData, work_dir: Path, output_dir: Path
 ) -> PretrainResult:
     """Train the target from `data`, resuming from `work_dir` checkpoints; save to `output_dir`."""
-    from accelerate.utils import ProjectConfiguration, set_seed
+    from accelerate.utils import set_seed
     from tqdm.auto import tqdm
 
     cfg = config.train
     work_dir = Path(work_dir)
-    accelerator = make_accelerator(
-        cfg.micro_batch_size,
-        cfg.grad_accum,
-        cfg.grad_clip,
-        mixed_precision=cfg.mixed_precision,
-        log_with=list(cfg.log_with) or None,
-        project_config=ProjectConfiguration(project_dir=str(work_dir), logging_dir=str(work_dir)),
-    )
+    accelerator = _accelerator(cfg, work_dir)
     set_seed(cfg.seed)
     tokenizer, model = _tokenizer_and_model(config, data)
     model, optimizer, scheduler = prepare_model(accelerator, model, cfg, schedule="cosine")
@@ -157,15 +150,10 @@ def pretrain(
     checkpoints = CheckpointManager(work_dir / "checkpoints")
     progress = resume(accelerator, checkpoints, scheduler)
     accelerator.init_trackers("draftzoo-testbed", config={"recipe": json.dumps(to_dict(config))})
-    tokens_per_step = (
-        cfg.seq_len * cfg.micro_batch_size * cfg.grad_accum * accelerator.num_processes
-    )
-    bar = tqdm(
-        total=cfg.max_steps,
-        initial=progress.step,
-        disable=not accelerator.is_local_main_process,
-        desc=config.name,
-    )
+    tokens_per_step = cfg.seq_len * cfg.micro_batch_size * cfg.grad_accum
+    tokens_per_step *= accelerator.num_processes
+    quiet = not accelerator.is_local_main_process
+    bar = tqdm(total=cfg.max_steps, initial=progress.step, disable=quiet, desc=config.name)
     heldout, loss = float("nan"), WindowLoss()
     began = time.perf_counter() - progress.train_seconds
     model.train()
@@ -201,6 +189,20 @@ def pretrain(
     accelerator.end_training()
     accelerator.free_memory()  # the prepared model holds the process group; let it go
     return result
+
+
+def _accelerator(cfg, work_dir: Path):
+    """The run's Accelerator: batch, accumulation, clipping, precision, trackers in work_dir."""
+    from accelerate.utils import ProjectConfiguration
+
+    return make_accelerator(
+        cfg.micro_batch_size,
+        cfg.grad_accum,
+        cfg.grad_clip,
+        mixed_precision=cfg.mixed_precision,
+        log_with=list(cfg.log_with) or None,
+        project_config=ProjectConfiguration(project_dir=str(work_dir), logging_dir=str(work_dir)),
+    )
 
 
 def _step_windows(train_tokens, cfg, step: int, accelerator) -> list[torch.Tensor]:
