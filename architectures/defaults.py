@@ -38,11 +38,24 @@ def committed_target_dir() -> Path:
 
 
 def target_location(name_or_path: str | Path) -> str:
-    """A folder or hub name; `testbed-small` is the target shipped with draftzoo. A path
-    written as one (absolute, or starting with `.` or `~`) must exist."""
+    """A folder or hub name; `testbed-small` is the target shipped with draftzoo, and a
+    fetchable target's name (`smollm2-135m-instruct`) is its folder once `draftzoo target get`
+    made it. A path written as one (absolute, or starting with `.` or `~`) must exist."""
     name = str(name_or_path)
     if name == COMMITTED_TARGET:
         return str(committed_target_dir())
+    from .target_store import PACKAGED_TARGETS, fetched_target_dir
+
+    if name in PACKAGED_TARGETS:
+        folder = fetched_target_dir(name)
+        if folder is None:
+            from .target import TargetError
+
+            raise TargetError(
+                f"the target {name} is not fetched yet: run `draftzoo target get {name}` "
+                f"(or name it {PACKAGED_TARGETS[name].hub_id} where a model hub is reachable)"
+            )
+        return str(folder)
     if name.startswith(("/", ".", "~")) and not Path(name).expanduser().exists():
         from .target import TargetError
 

@@ -58,3 +58,25 @@ def load_causal_lm(name_or_path: str | Path, **kwargs):
     return AutoModelForCausalLM.from_pretrained(
         name_or_path, use_safetensors=safetensors_only, **kwargs
     )
+
+
+#: files one of which a local model folder's tokenizer is read from
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+
+
+def load_tokenizer(name_or_path: str | Path):
+    """`AutoTokenizer.from_pretrained`, refusing in one line a local folder that has no
+    tokenizer files, or a tokenizer transformers cannot build."""
+    from transformers import AutoTokenizer
+
+    folder = Path(name_or_path).expanduser()
+    if folder.is_dir() and not any((folder / name).is_file() for name in TOKENIZER_FILES):
+        raise DraftzooError(
+            f"{folder} has no tokenizer ({', '.join(TOKENIZER_FILES)}): a target folder needs "
+            "the tokenizer it was trained with"
+        )
+    try:
+        return AutoTokenizer.from_pretrained(name_or_path)
+    except (ValueError, KeyError) as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise DraftzooError(f"the tokenizer of {name_or_path} cannot be loaded: {first}") from err

@@ -123,10 +123,10 @@ class TargetAdapter(nn.Module):
         cls, path: str | Path, dtype: torch.dtype = torch.float32, device: str = "cpu"
     ) -> TargetAdapter:
         """Load a causal LM and its tokenizer from a folder or hub name."""
-        from transformers import AutoConfig, AutoTokenizer
+        from transformers import AutoConfig
         from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
-        from .safe_load import load_causal_lm
+        from .safe_load import load_causal_lm, load_tokenizer
 
         config = AutoConfig.from_pretrained(path)
         if config.model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
@@ -135,7 +135,7 @@ class TargetAdapter(nn.Module):
                 f"(architectures: {config.architectures})"
             )
         model = load_causal_lm(path, dtype=dtype).to(device).eval()
-        return cls(model, AutoTokenizer.from_pretrained(path))
+        return cls(model, load_tokenizer(path))
 
     @property
     def config(self):

