@@ -3,6 +3,7 @@
 draftzoo testbed build --size tiny --output-dir runs/testbed-tiny
 draftzoo testbed info
 draftzoo target get smollm2-135m-instruct
+draftzoo user-turns --target smollm2-135m-instruct --count 1000 --output turns.jsonl
 draftzoo train recipes/draft_lm/testbed-small.yaml [--set train.max_steps=10]
 draftzoo capture recipes/draft_lm/testbed-small.yaml --dir runs/capture
 draftzoo generate --drafter eagle3-testbed-small --tree --prompt 'def add(a, b):'
@@ -371,12 +372,33 @@ def _target_convert(args: argparse.Namespace) -> int:
     return 0
 
 
+def _user_turns(args: argparse.Namespace) -> int:
+    from draftzoo.data.user_turns import UserTurnConfig, synthesize_user_turns
+    from draftzoo.inference.load import load_target
+
+    config = UserTurnConfig(
+        count=args.count,
+        temperature=args.temperature,
+        top_p=args.top_p,
+        max_new_tokens=args.max_new_tokens,
+        batch_size=args.batch_size,
+        min_words=args.min_words,
+        seed=args.seed,
+        system=args.system,
+    )
+    model, tokenizer = load_target(args.target)
+    report = synthesize_user_turns(model, tokenizer, args.output, config)
+    print(f"{args.output}: {report.summary()}")
+    return 0
+
+
 HANDLERS = {
     "testbed_build": _testbed_build,
     "testbed_info": _testbed_info,
     "testbed_export_chat": _testbed_export_chat,
     "target_get": _target_get,
     "target_convert": _target_convert,
+    "user_turns": _user_turns,
     "generate": _generate,
     "train": _train,
     "regenerate": _regenerate,

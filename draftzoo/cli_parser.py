@@ -284,6 +284,7 @@ def build_parser(handlers: Mapping[str, Callable]) -> argparse.ArgumentParser:
     _add_overrides(capture)
     capture.set_defaults(func=handlers["capture"])
     _add_target_commands(commands, handlers)
+    _add_user_turns_command(commands, handlers)
     _add_zoo_commands(commands, handlers)
     return parser
 
@@ -310,6 +311,28 @@ def _add_target_commands(commands, handlers: Mapping[str, Callable]) -> None:
     convert.add_argument("gguf", type=Path, help="the .gguf file")
     convert.add_argument("--output-dir", type=Path, required=True, help="the new target folder")
     convert.set_defaults(func=handlers["target_convert"])
+
+
+def _add_user_turns_command(commands, handlers: Mapping[str, Callable]) -> None:
+    """user-turns."""
+    turns = commands.add_parser(
+        "user-turns",
+        help="sample user requests from a chat target's own template (Magpie-style)",
+        description="Renders the target's chat template up to a user turn's content and "
+        "samples the turn; keeps distinct turns that end by themselves, writes them as "
+        "conversations whose answers `draftzoo regenerate` writes. Resumable.",
+    )
+    turns.add_argument("--target", required=True, help="a target folder, name or hub id")
+    turns.add_argument("--output", type=Path, required=True, help="the .jsonl to write")
+    turns.add_argument("--count", type=int, default=1000, help="distinct turns wanted")
+    turns.add_argument("--temperature", type=float, default=1.0)
+    turns.add_argument("--top-p", type=float, default=1.0)
+    turns.add_argument("--max-new-tokens", type=int, default=128, help="a turn's token cap")
+    turns.add_argument("--batch-size", type=int, default=32)
+    turns.add_argument("--min-words", type=int, default=3, help="shorter turns are dropped")
+    turns.add_argument("--seed", type=int, default=0)
+    turns.add_argument("--system", help="the system turn (default: the template's own)")
+    turns.set_defaults(func=handlers["user_turns"])
 
 
 def _add_zoo_commands(commands, handlers: Mapping[str, Callable]) -> None:
