@@ -66,8 +66,7 @@ def export_mtp(drafter_dir: Path, out: Path, target_dir: Path, tensors: dict) ->
     num_layers = config["num_target_layers"]
     mtp = to_deepseek_layout(tensors, num_layers, shared["embed"], shared["head"])
     dtype = shared["embed"].dtype
-    mtp = {k: (v.to(dtype) if v.is_floating_point() else v).contiguous() for k, v in mtp.items()}
-    save_file(mtp, str(out / MTP_FILE), metadata={"format": "pt"})
+    save_file(_unshared(mtp, dtype), str(out / MTP_FILE), metadata={"format": "pt"})
     for file in sorted(set(files.values())):
         keys = [k for k, f in files.items() if f == file]
         if any(_is_mtp_key(k, num_layers) for k in keys):
@@ -105,3 +104,17 @@ def _link_or_copy(source: Path, dest: Path) -> None:
         os.link(source, dest)
     except OSError:
         shutil.copy2(source, dest)
+
+
+def _unshared(tensors: dict, dtype) -> dict:
+    """`tensors` in `dtype` (floats), each with storage of its own: every module holds its
+    copy of the embedding and head in the layout, which safetensors writes only unshared."""
+    seen: set[int] = set()
+    out = {}
+    for key, tensor in tensors.items():
+        tensor = (tensor.to(dtype) if tensor.is_floating_point() else tensor).contiguous()
+        if tensor.untyped_storage().data_ptr() in seen:
+            tensor = tensor.clone()
+        seen.add(tensor.untyped_storage().data_ptr())
+        out[key] = tensor
+    return out

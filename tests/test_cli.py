@@ -175,3 +175,14 @@ def test_export_says_what_it_wrote(tmp_path, capsys, monkeypatch):
     )
     assert "only EAGLE-3 exports carry the target's embedding" in capsys.readouterr().err
     assert not (tmp_path / "e").exists()
+
+
+def test_every_family_export_format_is_a_cli_choice(tmp_path, monkeypatch):
+    """What `--help` advertises the command takes: the Medusa reference layout from the CLI."""
+    from safetensors.torch import load_file
+
+    monkeypatch.chdir(tmp_path)
+    args = ["export", "medusa1-testbed-small", "--format", "medusa", "--output-dir", "m"]
+    assert main(args) == 0
+    heads = load_file(tmp_path / "m" / "medusa_lm_head.safetensors")
+    assert "0.0.linear.weight" in heads and "0.1.weight" in heads  # Medusa's own names

@@ -147,6 +147,29 @@ def test_deepseek_round_trip_exports_the_same_keys_and_tensors(deepseek, tmp_pat
     assert json.loads((out / "config.json").read_text())["num_nextn_predict_layers"] == 1
 
 
+@torch.no_grad()
+def test_two_modules_export_each_with_its_own_embedding_and_head(deepseek, tmp_path):
+    """Every module carries the target's embedding and head in vLLM's layout; the exporter
+    writes a copy per module (safetensors refuses tensors that share memory)."""
+    from draftzoo.architectures.drafter_io import save_drafter
+
+    folder, _ = deepseek
+    target = _adapter(folder)
+    drafter = build_mtp(MtpConfig(depth=2), target)
+    recipe = {"target": {"path": str(folder)}}
+    save_drafter(drafter, tmp_path / "d", "mtp", target.fingerprint(), recipe, "none", [2])
+    out = export_drafter(tmp_path / "d", tmp_path / "vllm", "vllm")
+    exported = load_file(out / "model-mtp.safetensors")
+    raw = load_file(folder / "model.safetensors")
+    for layer in (2, 3):
+        prefix = f"model.layers.{layer}."
+        assert torch.equal(
+            exported[prefix + "embed_tokens.weight"], raw["model.embed_tokens.weight"]
+        )
+        assert torch.equal(exported[prefix + "shared_head.head.weight"], raw["lm_head.weight"])
+    assert json.loads((out / "config.json").read_text())["num_nextn_predict_layers"] == 2
+
+
 def test_native_bad_input_is_refused(deepseek, tmp_path, testbed_tiny):
     folder, _ = deepseek
     target = _adapter(folder)
