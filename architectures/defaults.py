@@ -44,7 +44,7 @@ def target_location(name_or_path: str | Path) -> str:
     name = str(name_or_path)
     if name == COMMITTED_TARGET:
         return str(committed_target_dir())
-    from .target_store import PACKAGED_TARGETS, fetched_target_dir
+    from .packaged_targets import PACKAGED_TARGETS
 
     if name in PACKAGED_TARGETS:
         folder = fetched_target_dir(name)
@@ -76,6 +76,19 @@ def data_cache_dir() -> Path:
 def testbed_cache_dir() -> Path:
     """Prepared corpora, checkpoints and built testbeds."""
     return cache_root() / "testbed"
+
+
+def targets_dir() -> Path:
+    """Targets `draftzoo target get` fetched and converted."""
+    return cache_root() / "targets"
+
+
+def fetched_target_dir(name: str) -> Path | None:
+    """The converted folder of a fetched target, when `draftzoo target get` finished it."""
+    from .packaged_targets import TARGET_RECORD
+
+    folder = targets_dir() / name
+    return folder if (folder / TARGET_RECORD).is_file() else None
 
 
 def default_zoo_dir() -> Path:
