@@ -7,7 +7,10 @@ env or a uv env: the peer venv's own `site-packages` holds a `.pth` file that ad
 environment's site directories after its own (`--system-site-packages` would add the *base*
 interpreter's instead, which inside a venv has no torch). The peer itself is installed
 without its dependencies (they name CUDA-only stacks: sglang, flash-attn, torchaudio) plus the
-few modules its code imports.
+few modules its code imports. Its transformers comes with the `kernels` extra: transformers
+imports `kernels` whenever one is importable, and the running environment's (the release *our*
+transformers requires) breaks an older transformers at import, so each venv holds the release
+its own transformers names.
 
     python -m tests.peers.venvs          # build both (what the `peers` tests do on first use)
 
@@ -44,7 +47,7 @@ PEERS = {
         "speculators",
         without_deps=("speculators==0.9.0", "hs-connectors==0.9.0"),
         with_deps=(
-            "transformers==5.19.0",
+            "transformers[kernels]==5.19.0",
             "loguru==0.7.3",
             "openai==3.57.0",
             "pydantic-settings>=2",
@@ -55,7 +58,7 @@ PEERS = {
         # triton: imported by SpecForge's loss module at import time (its kernels need a GPU
         # and are never run here)
         without_deps=("specforge==0.2.0", "triton==3.9.0"),
-        with_deps=("transformers==5.8.1",),
+        with_deps=("transformers[kernels]==5.8.1",),
     ),
 }
 
