@@ -31,6 +31,7 @@ FAMILY_MODULES = (
     "draftzoo.architectures.eagle",
     "draftzoo.architectures.medusa",
     "draftzoo.architectures.mtp",
+    "draftzoo.architectures.dflash",
 )
 
 

@@ -176,3 +176,11 @@ def tiny_mtp_recipe(tmp_path: Path, target_dir: Path, data_file: Path, **section
 
     own = {"mtp": {"depth": 1}}
     return _tiny(MtpRecipe, "mtp", tmp_path, target_dir, data_file, own, sections)
+
+
+def tiny_dflash_recipe(tmp_path: Path, target_dir: Path, data_file: Path, **sections):
+    """A DFlash recipe (blocks of 4, one layer, 8 blocks a row) for testbed-tiny."""
+    from draftzoo.train.dflash import DflashRecipe
+
+    own = {"dflash": {"block_size": 4, "mask_token_id": 0, "anchors_per_row": 8}}
+    return _tiny(DflashRecipe, "dflash", tmp_path, target_dir, data_file, own, sections)

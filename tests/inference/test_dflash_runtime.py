@@ -1,0 +1,155 @@
+"""DFlash proposers in the runtime: greedy identity (growing and static entries, batch 1 and
+4), one drafter forward drafting what training computes for the same block, lossless sampling,
+loading and its refusals."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from draftzoo.architectures.dflash import DflashConfig, build_dflash
+from draftzoo.architectures.target import FingerprintMismatchError, TargetAdapter
+from draftzoo.inference.batch import BatchGenerator
+from draftzoo.inference.cache_settings import CacheSettings
+from draftzoo.inference.dflash import DflashProposer
+from draftzoo.inference.generate import SpeculativeGenerator, fused_states
+from draftzoo.inference.load import load_drafter
+from draftzoo.inference.proposers import ProposerError
+from draftzoo.inference.sampling import SamplingParams
+from draftzoo.train.dflash import run
+from tests.inference.helpers import PROMPTS, RecordingProposer, assert_reads_per_round
+from tests.inference.test_lossless_sampling import (
+    PARAMS,
+    _exact_distribution,
+    _threshold,
+    _tiny_lm,
+    _tv,
+    sample_outcomes,
+)
+from tests.train.helpers import tiny_dflash_recipe, write_chat_jsonl
+
+
+@pytest.fixture(scope="module")
+def drafter_dir(testbed_tiny, tmp_path_factory) -> Path:
+    """A DFlash drafter (blocks of 4) trained briefly on testbed-tiny (real steps)."""
+    root = tmp_path_factory.mktemp("dflash")
+    chat = write_chat_jsonl(root / "chat.jsonl", 48)
+    recipe = tiny_dflash_recipe(
+        root,
+        testbed_tiny[0],
+        chat,
+        dflash={"layers": [1]},
+        train={"max_steps": 200, "lr": 5e-3, "warmup_steps": 2, "checkpoint_every": 400},
+    )
+    run(recipe)
+    return Path(recipe.output_dir)
+
+
+def test_greedy_output_equals_target_only_batch_1_and_4(
+    drafter_dir, target_and_tokenizer, reference
+):
+    model, tokenizer = target_and_tokenizer
+    proposer = DflashProposer.from_pretrained(drafter_dir, model, tokenizer)
+    single = SpeculativeGenerator(model, tokenizer, proposer, num_speculative_tokens=3)
+    params = SamplingParams(max_new_tokens=32)
+    outputs = [single.generate(p, params) for p in PROMPTS]
+    assert [o.token_ids for o in outputs] == reference
+    tokens = sum(o.metrics.num_generated_tokens for o in outputs)
+    forwards = sum(o.metrics.num_target_forwards for o in outputs)
+    assert tokens / forwards > 1.2, f"tau {tokens / forwards:.2f}"
+    drafter = proposer.drafter
+    batch = BatchGenerator(model, tokenizer, lambda: DflashProposer(drafter), 3)
+    assert [o.token_ids for o in batch.generate(PROMPTS, params).outputs] == reference
+
+
+def test_static_entries_propose_what_growing_entries_propose(
+    drafter_dir, target_and_tokenizer, reference
+):
+    """Static buffers read under a mask — eagerly, and through the captured call a CUDA graph
+    replays (run eagerly off CUDA) — draft the growing entries' chains in every round, with
+    one host read a round."""
+    model, tokenizer = target_and_tokenizer
+    drafter = DflashProposer.from_pretrained(drafter_dir, model, tokenizer).drafter
+    params = SamplingParams(max_new_tokens=32)
+    proposals = {}
+    for name in ("growing", "static"):
+        cache = CacheSettings(static=name == "static", max_length=256)
+        proposer = RecordingProposer(DflashProposer(drafter, cache))
+        generator = SpeculativeGenerator(model, tokenizer, proposer, 3, cache=cache)
+        outs = [generator.generate(p, params) for p in PROMPTS]
+        assert [o.token_ids for o in outs] == reference, name
+        proposals[name] = proposer.proposals
+    assert proposals["static"] == proposals["growing"]
+    static = SpeculativeGenerator(model, tokenizer, DflashProposer(drafter, cache), 3, cache=cache)
+    assert_reads_per_round(static, PROMPTS, reference, params)
+
+
+@torch.no_grad()
+def test_a_round_drafts_what_training_computes_for_that_block(drafter_dir, target_and_tokenizer):
+    """The proposer's chain is the argmax of the training forward's block at the same anchor
+    (all blocks' one-forward path, with the context before the anchor)."""
+    from draftzoo.train.dflash_loss import block_attention
+
+    model, tokenizer = target_and_tokenizer
+    proposer = DflashProposer.from_pretrained(drafter_dir, model, tokenizer)
+    drafter = proposer.drafter
+    ids = tokenizer(PROMPTS[0], add_special_tokens=False).input_ids
+    n = len(ids)
+    with TargetAdapter(model).capture(proposer.target_layers) as captured:
+        model(input_ids=torch.tensor([ids]))
+        states = fused_states(captured, proposer.target_layers)
+    proposer.observe(states[0, : n - 1])
+    drafted = proposer.propose(ids, 3, SamplingParams(), None).tokens
+
+    class Row:  # one unpacked row, the anchor at its last token
+        input_ids = torch.tensor([ids])
+        position_ids = torch.arange(n)[None]
+
+    anchors, valid = torch.tensor([[n - 1]]), torch.tensor([[True]])
+    block = drafter.block_inputs(torch.tensor([[ids[-1]]])).reshape(1, -1)
+    positions = torch.arange(n - 1, n + 3)[None]
+    mask = block_attention(Row, anchors, valid, drafter.block_size)
+    hidden = drafter(states, Row.position_ids, block, positions, mask)
+    assert list(drafted) == drafter.logits(hidden[0, 1:]).argmax(-1).tolist()
+    assert proposer.entries.length == n - 1  # only real context entries are kept
+
+
+def test_load_drafter_refuses_longer_chains_trees_and_another_target(
+    drafter_dir, target_and_tokenizer, reference
+):
+    model, tokenizer = target_and_tokenizer
+    runtime = load_drafter(drafter_dir, model, tokenizer, "chain", 3)
+    assert runtime.family == "dflash" and runtime.module.block_size == 4
+    generator = SpeculativeGenerator(model, tokenizer, runtime.make_proposer(), 3)
+    assert (
+        generator.generate(PROMPTS[1], SamplingParams(max_new_tokens=32)).token_ids
+        == (reference[1])
+    )
+    with pytest.raises(ProposerError, match="at most 3 tokens long; asked for 9"):
+        load_drafter(drafter_dir, model, tokenizer, "chain", 9)
+    with pytest.raises(ProposerError, match="chains only"):
+        load_drafter(drafter_dir, model, tokenizer, "tree", None)
+    other = _tiny_lm(seed=0, sharpness=1.0)
+    with pytest.raises(FingerprintMismatchError, match="built for another target"):
+        load_drafter(drafter_dir, other, None, "chain", 3)
+
+
+@pytest.mark.parametrize("static", [False, True], ids=["growing", "static"])
+def test_sampled_chains_match_the_target_distribution(static):
+    """An untrained drafter (its slots' q far from p), every slot's draft sampled from its own
+    q: the speculative samples' TV distance to the exact target distribution stays under the
+    threshold of tests/inference/test_lossless_sampling.py."""
+    target = _tiny_lm(seed=0, sharpness=30.0)
+    exact = _exact_distribution(target, PARAMS)
+    torch.manual_seed(6)
+    drafter = build_dflash(
+        DflashConfig(block_size=4, layers=(1, 2), mask_token_id=0), TargetAdapter(target)
+    ).eval()
+    proposer = DflashProposer(drafter, CacheSettings(static=static, max_length=64))
+    generator = SpeculativeGenerator(target, None, proposer, num_speculative_tokens=3)
+    counts, accepted = sample_outcomes(generator)
+    tv, threshold = _tv(counts, exact), _threshold(exact)
+    assert tv < threshold, f"TV {tv:.4f} >= {threshold:.4f}"
+    assert accepted > 0
