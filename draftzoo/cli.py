@@ -99,6 +99,12 @@ def _testbed_info(args: argparse.Namespace) -> int:
     return 0
 
 
+def _suffix_settings(args: argparse.Namespace):
+    from draftzoo.inference.suffix import SuffixSettings
+
+    return SuffixSettings(depth=args.suffix_depth, max_draft=args.suffix_max_draft)
+
+
 def _generate(args: argparse.Namespace) -> int:
     from draftzoo.inference.cache_settings import CacheSettings
     from draftzoo.inference.load import build_generator
@@ -122,6 +128,7 @@ def _generate(args: argparse.Namespace) -> int:
         drafter=args.drafter,
         draft_model=args.draft,
         prompt_lookup=(args.min_ngram, args.max_ngram) if args.prompt_lookup else None,
+        suffix=_suffix_settings(args) if args.suffix else None,
         proposal="tree" if args.tree else "chain",
         num_speculative_tokens=args.num_speculative_tokens,
         tree=TreeSettings(**tree_options) if tree_options else None,
@@ -255,15 +262,42 @@ def _eval_config(args: argparse.Namespace):
         raise ConfigError(f"draftzoo eval: {err}") from err
 
 
+def _model_free_runtime(args: argparse.Namespace, config):
+    """The model-free proposer `draftzoo eval` was asked to measure, or None for a drafter."""
+    from dataclasses import replace
+
+    from draftzoo.inference.load import prompt_lookup_runtime, suffix_runtime
+
+    if not (args.suffix or args.prompt_lookup):
+        if args.drafter is None:
+            raise ConfigError("draftzoo eval: name a drafter, or --prompt-lookup or --suffix")
+        return None
+    if args.drafter is not None:
+        raise ConfigError("draftzoo eval: a drafter or a model-free proposer, not both")
+    if args.prompt_lookup:
+        if config.proposal == "tree":
+            raise ConfigError("draftzoo eval: prompt lookup drafts chains only (drop --tree)")
+        return prompt_lookup_runtime(config.num_speculative_tokens)
+    settings = replace(_suffix_settings(args), tree=config.proposal == "tree")
+    return suffix_runtime(config.num_speculative_tokens, settings)
+
+
 def _eval(args: argparse.Namespace) -> int:
-    from draftzoo.eval.measure import measure_drafter
+    from draftzoo.eval.measure import measure_drafter, measure_model_free
     from draftzoo.eval.runner import summary_text
 
     _set_threads(args.threads)
     output_dir = Path(args.output_dir) if args.output_dir else None
-    report, path = measure_drafter(
-        args.drafter, _eval_config(args), args.target, _device(args.device), output_dir
-    )
+    config = _eval_config(args)
+    model_free = _model_free_runtime(args, config)
+    if model_free is not None:
+        report, path = measure_model_free(
+            model_free, config, args.target, _device(args.device), output_dir
+        )
+    else:
+        report, path = measure_drafter(
+            args.drafter, config, args.target, _device(args.device), output_dir
+        )
     print(summary_text(report))
     print(f"report: {path}")
     return 0

@@ -174,8 +174,8 @@ def build_parser(handlers: Mapping[str, Callable]) -> argparse.ArgumentParser:
     gen = commands.add_parser(
         "generate",
         help="generate with the speculative runtime and print the text and its metrics",
-        description="Target-only decoding unless --drafter, --draft or --prompt-lookup is "
-        "given. Greedy at --temperature 0; sampling is lossless (rejection sampling).",
+        description="Target-only decoding unless --drafter, --draft, --prompt-lookup or --suffix "
+        "is given. Greedy at --temperature 0; sampling is lossless (rejection sampling).",
     )
     gen.add_argument(
         "--target",
@@ -190,10 +190,19 @@ def build_parser(handlers: Mapping[str, Callable]) -> argparse.ArgumentParser:
         "--draft", help="a plain causal LM checkpoint sharing the target's tokenizer"
     )
     drafts.add_argument("--prompt-lookup", action="store_true", help="n-gram prompt-lookup drafts")
+    drafts.add_argument(
+        "--suffix", action="store_true", help="suffix decoding: continuations the text repeats"
+    )
     gen.add_argument("--tree", action="store_true", help=TREE_HELP)
     _add_tree_options(gen)
     gen.add_argument("--min-ngram", type=int, default=1, help="prompt lookup: shortest n-gram")
     gen.add_argument("--max-ngram", type=int, default=3, help="prompt lookup: longest n-gram")
+    gen.add_argument(
+        "--suffix-depth", type=int, default=32, help="suffix decoding: longest substring counted"
+    )
+    gen.add_argument(
+        "--suffix-max-draft", type=int, default=16, help="suffix decoding: most tokens a round"
+    )
     gen.add_argument("--prompt", required=True, help="the prompt text")
     gen.add_argument(
         "--num-speculative-tokens",
@@ -346,8 +355,23 @@ def _add_zoo_commands(commands, handlers: Mapping[str, Callable]) -> None:
         description="Target-only and speculative decoding on the same prompts in one process, "
         "interleaved; writes report.json, summary.txt and plots to --output-dir.",
     )
-    ev.add_argument("drafter", help="a drafter folder or a zoo name")
-    ev.add_argument("--target", help="target folder or hub name (default: the drafter's own)")
+    ev.add_argument("drafter", nargs="?", help="a drafter folder or a zoo name")
+    free = ev.add_mutually_exclusive_group()
+    free.add_argument(
+        "--prompt-lookup", action="store_true", help="measure n-gram prompt lookup (no drafter)"
+    )
+    free.add_argument(
+        "--suffix",
+        action="store_true",
+        help="measure suffix decoding (no drafter; --tree: trees of continuations)",
+    )
+    ev.add_argument("--suffix-depth", type=int, default=32, help="suffix: longest substring")
+    ev.add_argument("--suffix-max-draft", type=int, default=16, help="suffix: most tokens a round")
+    ev.add_argument(
+        "--target",
+        help="target folder or hub name (default: the drafter's own; with --prompt-lookup or "
+        "--suffix, the committed testbed-small)",
+    )
     ev.add_argument(
         "--prompt-set",
         action="append",

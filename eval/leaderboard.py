@@ -31,7 +31,7 @@ from ..architectures.config_io import ConfigError
 from ..architectures.drafter_io import read_drafter_record
 from ..architectures.families import display_name
 from ..architectures.zoo_index import ZooIndex
-from ..inference.load import PROMPT_LOOKUP
+from ..inference.load import MODEL_FREE, PROMPT_LOOKUP, SUFFIX_DECODING
 from .certificate import headline as certificate_headline
 
 LEADERBOARD_FILE = "LEADERBOARD.md"
@@ -39,6 +39,7 @@ PLOT_FILE = "leaderboard.png"
 #: the reference methods' names (the families' come from the registry)
 REFERENCE_NAMES = {
     PROMPT_LOOKUP: "prompt lookup",
+    SUFFIX_DECODING: "suffix decoding",
     "target_only": "target-only",
     "transformers_assisted": "transformers assisted",
 }
@@ -110,6 +111,8 @@ def _proposal(serving: dict[str, Any]) -> str:
     tree = serving.get("tree") or {}
     if "choices" in tree:  # a static (Medusa) tree
         return f"tree ({len(tree['choices'])} nodes)"
+    if "max_draft" in tree:  # suffix decoding's tree of frequent continuations
+        return f"suffix tree (up to {tree['max_draft']} tokens)"
     return f"dynamic tree ({tree['total_tokens']} tokens, depth {tree['depth']})"
 
 
@@ -174,7 +177,7 @@ def row_from_report(
             certificate_headline(report["certificate"]) if report.get("certificate") else None
         ),
         card=card,
-        reference=checkpoint["family"] == PROMPT_LOOKUP,
+        reference=checkpoint["family"] in MODEL_FREE,
     )
     for result in report["results"]:
         if result["batch_size"] != 1:
@@ -265,7 +268,7 @@ def _cell(row: Row, key: str) -> str:
 
 def _certificate_cell(row: Row) -> str:
     cert = row.certificate
-    if row.reference and row.family != PROMPT_LOOKUP:
+    if row.reference and row.family not in MODEL_FREE:
         return "n/a"
     if not cert:
         return "none"

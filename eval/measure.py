@@ -76,6 +76,26 @@ def measure_drafter(
     return report, path
 
 
+def measure_model_free(
+    runtime: DrafterRuntime,
+    config: EvalConfig,
+    target_name: str | None,
+    device: str,
+    output_dir: Path | None = None,
+) -> tuple[dict[str, Any], Path]:
+    """Evaluate a proposer that needs no drafter (prompt lookup, suffix decoding) on
+    `target_name` (default: the committed testbed); the report and where it was written."""
+    from ..architectures.defaults import COMMITTED_TARGET
+
+    target_name = target_name or COMMITTED_TARGET
+    target, tokenizer = load_target(target_name, device=device)
+    report = evaluate(target, tokenizer, runtime, config, target_name)
+    output_dir = Path(output_dir or f"runs/eval-{runtime.family}")
+    path = write_report(report, output_dir)
+    plot_report(report, output_dir)
+    return report, path
+
+
 def greedy_answers(target, tokenizer, config: EvalConfig) -> list[list[int]]:
     """Target-only greedy continuations of the evaluation's prompts (warm-up excluded)."""
     from .target_drift import greedy_tokens

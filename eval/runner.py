@@ -42,7 +42,7 @@ from ..inference.batch import BatchGenerator
 from ..inference.cache_settings import CacheSettings
 from ..inference.eagle import TreeSettings
 from ..inference.generate import SpeculativeGenerator
-from ..inference.load import PROMPT_LOOKUP, DrafterRuntime
+from ..inference.load import MODEL_FREE, DrafterRuntime
 from ..inference.sampling import ACCEPTANCES, SamplingParams
 from .certificate import CertificateConfig, certify, describe
 from .lm_quality import repeated_ngram_share
@@ -260,6 +260,7 @@ class Evaluation:
             for batch_size in self.config.batch_sizes:
                 repeats = []
                 for repeat in range(self.config.repeats):
+                    self.drafter.begin_pass()
                     if batch_size == 1:
                         repeats.append(self._batch_one(texts, temperature, repeat, progress))
                     else:
@@ -475,8 +476,8 @@ def evaluate(
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "checkpoint": {
             "path": str(drafter.folder),
-            # prompt lookup has no weights, so no checkpoint to hash (and none to publish)
-            "sha256": None if drafter.family == PROMPT_LOOKUP else checkpoint_hash(drafter.folder),
+            # model-free proposers have no weights: no checkpoint to hash (and none to publish)
+            "sha256": None if drafter.family in MODEL_FREE else checkpoint_hash(drafter.folder),
             "family": record["family"],
             "training": record.get("training", {}),
         },

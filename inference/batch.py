@@ -174,6 +174,8 @@ class BatchGenerator:
                 kept_slots.append(slots)
                 if not commit(request, tokens, params, self.limits, self.tokenizer):
                     kept_rows.append(i)
+                elif request.proposer is not None:
+                    request.proposer.finish(request.context)
             active = [active[i] for i in kept_rows]
             if active:
                 forward.commit(kept_slots)

@@ -150,6 +150,8 @@ class SpeculativeGenerator:
                 )
             commit(request, new_tokens, params, limits, self.tokenizer)
         request.metrics.total_seconds = time.perf_counter() - started
+        if self.proposer is not None:
+            self.proposer.finish(request.context)
         return output(request, params, self.tokenizer)
 
     def _prefill(self, prompt_ids: list[int], captured) -> None:

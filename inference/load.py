@@ -12,7 +12,7 @@ checked against the target before anything runs; a mismatch is refused naming bo
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -30,6 +30,7 @@ from .errors import GenerationError
 from .generate import SpeculativeGenerator
 from .medusa import MedusaTree
 from .proposers import PromptLookupProposer, Proposer, ProposerError
+from .suffix import SuffixCache, SuffixProposer, SuffixSettings
 from .tree import TreeSettings
 
 #: `load(num_speculative_tokens=AS_PUBLISHED)`: the length the drafter's zoo entry serves with
@@ -47,6 +48,10 @@ class DrafterRuntime:
     num_speculative_tokens: int | None  # chain length, or tree depth; None: adaptive
     proposal: str  # "chain" or "tree"
     tree: TreeSettings | MedusaTree | None = None  # the tree it drafts, when it drafts trees
+    #: called before each measured pass (a temperature, batch size and repeat of `draftzoo
+    #: eval`): a proposer that learns across requests forgets earlier passes, so one pass's
+    #: prompts never draft from another pass's answers to the same prompts
+    begin_pass: Callable[[], None] = lambda: None
 
     @property
     def family(self) -> str:
@@ -147,6 +152,39 @@ def prompt_lookup_runtime(
     )
 
 
+#: the family name of training-free suffix decoding in reports
+SUFFIX_DECODING = "suffix_decoding"
+#: the proposers that need no drafter, by their family name in reports
+MODEL_FREE = (PROMPT_LOOKUP, SUFFIX_DECODING)
+
+
+def suffix_runtime(
+    num_speculative_tokens: int | None = NUM_SPECULATIVE_TOKENS,
+    settings: SuffixSettings | None = None,
+    cache: SuffixCache | None = None,
+) -> DrafterRuntime:
+    """Suffix decoding (no weights) as a runtime `draftzoo.eval` can measure; every request's
+    proposer shares the global `cache` (a new one when none is given)."""
+    settings = settings or SuffixSettings()
+    cache = cache if cache is not None else SuffixCache(settings.depth, settings.max_global_tokens)
+
+    def make() -> Proposer:
+        return SuffixProposer(settings, cache)
+
+    record = {"family": SUFFIX_DECODING, "suffix": asdict(settings), "training": {}}
+    proposal = "tree" if settings.tree else "chain"
+    return DrafterRuntime(
+        Path(SUFFIX_DECODING),
+        record,
+        nn.Module(),
+        make,
+        num_speculative_tokens,
+        proposal,
+        settings if settings.tree else None,
+        cache.clear,
+    )
+
+
 def load(
     name_or_path: str | Path,
     target=None,
@@ -222,6 +260,7 @@ def build_generator(
     drafter: str | Path | None = None,
     draft_model: str | None = None,
     prompt_lookup: tuple[int, int] | None = None,
+    suffix: SuffixSettings | None = None,
     *,
     proposal: str = "chain",
     num_speculative_tokens: int | None = None,
@@ -231,7 +270,8 @@ def build_generator(
 ) -> SpeculativeGenerator:
     """The generator `draftzoo generate` runs: a draftzoo `drafter` (folder or zoo name; its
     own target by default), a plain `draft_model` (any causal LM on the target's tokenizer),
-    `prompt_lookup` n-grams (min, max), or target-only decoding when none is given.
+    `prompt_lookup` n-grams (min, max), `suffix` decoding, or target-only decoding when none
+    is given.
     `num_speculative_tokens=None`: adaptive. `tree`: None serves a published drafter's tree."""
     from transformers import AutoTokenizer
 
@@ -255,6 +295,8 @@ def build_generator(
     proposer = None
     if prompt_lookup is not None:
         proposer = PromptLookupProposer(*prompt_lookup)
+    elif suffix is not None:
+        proposer = SuffixProposer(suffix, SuffixCache(suffix.depth, suffix.max_global_tokens))
     elif draft_model is not None:
         location = target_location(draft_model)
         draft = load_causal_lm(location, dtype=torch.float32).to(model.device)

@@ -50,6 +50,10 @@ class Proposer(Protocol):
         """Bytes of the proposer's own cache, for the memory figures."""
         return 0
 
+    def finish(self, token_ids: list[int]) -> None:
+        """The request is done: its every token, prompt and output (proposers that learn
+        across requests keep what they need)."""
+
 
 class PromptLookupProposer(Proposer):
     """n-gram lookup in the context (no model): copy what followed the last match.
