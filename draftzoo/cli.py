@@ -99,6 +99,13 @@ def _testbed_info(args: argparse.Namespace) -> int:
     return 0
 
 
+def _proposal(args: argparse.Namespace) -> str:
+    """chain, tree or hybrid, as the flags ask (one of --tree and --hybrid)."""
+    if args.tree and args.hybrid:
+        raise ConfigError("--tree and --hybrid: a hybrid proposal is the drafter's tree already")
+    return "hybrid" if args.hybrid else "tree" if args.tree else "chain"
+
+
 def _suffix_settings(args: argparse.Namespace):
     from draftzoo.inference.suffix import SuffixSettings
 
@@ -111,8 +118,9 @@ def _generate(args: argparse.Namespace) -> int:
     from draftzoo.inference.sampling import SamplingParams
     from draftzoo.inference.tree import TreeSettings
 
-    if args.tree and not args.drafter:
-        raise ConfigError("--tree needs --drafter DRAFTER (a family that drafts trees)")
+    if (args.tree or args.hybrid) and not args.drafter:
+        flag = "--hybrid" if args.hybrid else "--tree"
+        raise ConfigError(f"{flag} needs --drafter DRAFTER (a family that drafts trees)")
     params = SamplingParams(
         temperature=args.temperature,
         top_k=args.top_k,
@@ -129,7 +137,7 @@ def _generate(args: argparse.Namespace) -> int:
         draft_model=args.draft,
         prompt_lookup=(args.min_ngram, args.max_ngram) if args.prompt_lookup else None,
         suffix=_suffix_settings(args) if args.suffix else None,
-        proposal="tree" if args.tree else "chain",
+        proposal=_proposal(args),
         num_speculative_tokens=args.num_speculative_tokens,
         tree=TreeSettings(**tree_options) if tree_options else None,
         device=_device(args.device),
@@ -245,7 +253,7 @@ def _eval_config(args: argparse.Namespace):
             temperatures=tuple(args.temperatures),
             batch_sizes=tuple(args.batch_sizes),
             repeats=args.repeats,
-            proposal="tree" if args.tree else "chain",
+            proposal=_proposal(args),
             num_speculative_tokens=args.num_speculative_tokens,
             acceptance=args.acceptance,
             chat=not args.raw,
@@ -274,6 +282,8 @@ def _model_free_runtime(args: argparse.Namespace, config):
         return None
     if args.drafter is not None:
         raise ConfigError("draftzoo eval: a drafter or a model-free proposer, not both")
+    if config.proposal == "hybrid":
+        raise ConfigError("draftzoo eval: --hybrid needs a drafter (a family that drafts trees)")
     if args.prompt_lookup:
         if config.proposal == "tree":
             raise ConfigError("draftzoo eval: prompt lookup drafts chains only (drop --tree)")

@@ -83,6 +83,10 @@ TREE_HELP = (
     "trees; Medusa: the tree its training calibrated on held-out rows, else the default "
     "static tree cut to the heads' depth)"
 )
+HYBRID_HELP = (
+    "the drafter's tree with suffix decoding's branches merged in, or suffix branches alone "
+    "when they score above what the drafter delivers (families that draft trees)"
+)
 
 
 def _add_cache_options(parser: argparse.ArgumentParser, whose: str) -> None:
@@ -194,6 +198,7 @@ def build_parser(handlers: Mapping[str, Callable]) -> argparse.ArgumentParser:
         "--suffix", action="store_true", help="suffix decoding: continuations the text repeats"
     )
     gen.add_argument("--tree", action="store_true", help=TREE_HELP)
+    gen.add_argument("--hybrid", action="store_true", help=HYBRID_HELP)
     _add_tree_options(gen)
     gen.add_argument("--min-ngram", type=int, default=1, help="prompt lookup: shortest n-gram")
     gen.add_argument("--max-ngram", type=int, default=3, help="prompt lookup: longest n-gram")
@@ -384,6 +389,7 @@ def _add_zoo_commands(commands, handlers: Mapping[str, Callable]) -> None:
     ev.add_argument("--batch-sizes", type=int, nargs="+", default=[1])
     ev.add_argument("--repeats", type=int, default=1, help="reruns, for the speedup's spread")
     ev.add_argument("--tree", action="store_true", help=TREE_HELP)
+    ev.add_argument("--hybrid", action="store_true", help=HYBRID_HELP)
     _add_tree_options(ev)
     ev.add_argument(
         "--num-speculative-tokens", type=int, default=NUM_SPECULATIVE_TOKENS, help="chain length"

@@ -28,6 +28,7 @@ from .cache_settings import GROWING, CacheSettings
 from .drafter_request import DrafterRequest, LoadedDrafter
 from .errors import GenerationError
 from .generate import SpeculativeGenerator
+from .hybrid import HybridProposer, HybridSettings
 from .medusa import MedusaTree
 from .proposers import PromptLookupProposer, Proposer, ProposerError
 from .suffix import SuffixCache, SuffixProposer, SuffixSettings
@@ -94,7 +95,8 @@ def load_drafter(
 ) -> DrafterRuntime:
     """A drafter folder loaded for `target` (a transformers causal LM), fingerprint-checked.
 
-    `proposal`: "chain", or "tree" for a family that drafts trees (EAGLE: EAGLE-2 dynamic
+    `proposal`: "chain", "hybrid" (its tree with suffix decoding's branches,
+    `HybridProposer`) or "tree" for a family that drafts trees (EAGLE: EAGLE-2 dynamic
     trees, `TreeSettings`; Medusa: a static `MedusaTree`, its calibrated or default one when
     none is given; a zoo entry's published settings as a dict); a tree's depth then sets the
     speculation length unless that is None (adaptive). A family that adapts the target
@@ -106,11 +108,13 @@ def load_drafter(
         spec = family_spec(record["family"])
     except UnknownFamilyError as err:
         raise DrafterError(f"{folder}: {err}") from err
-    request = DrafterRequest(proposal, num_speculative_tokens, tree, cache)
-    if proposal == "tree" and not spec.drafts_trees:
+    hybrid = proposal == HYBRID
+    request = DrafterRequest("tree" if hybrid else proposal, num_speculative_tokens, tree, cache)
+    if proposal in ("tree", HYBRID) and not spec.drafts_trees:
         tree_families = [s.display_name for s in family_specs().values() if s.drafts_trees]
+        what = "trees" if proposal == "tree" else "hybrid proposals (suffix branches in its tree)"
         raise ProposerError(
-            f"a {spec.display_name} drafter drafts chains only; trees need one of: "
+            f"a {spec.display_name} drafter drafts chains only; {what} need one of: "
             f"{', '.join(tree_families)}"
         )
     try:
@@ -121,8 +125,10 @@ def load_drafter(
             f"drafter {folder} was trained for target {recorded_target(record)!r}, "
             f"not for {given!r}: {err}"
         ) from err
-    if proposal == "tree" and num_speculative_tokens is not None:
+    if request.proposal == "tree" and num_speculative_tokens is not None:
         num_speculative_tokens = loaded.tree.depth
+    if hybrid:
+        return hybrid_runtime(folder, record, loaded, num_speculative_tokens, HybridSettings())
     return DrafterRuntime(
         folder,
         record,
@@ -149,6 +155,36 @@ def prompt_lookup_runtime(
     record = {"family": PROMPT_LOOKUP, "ngram": [min_ngram, max_ngram], "training": {}}
     return DrafterRuntime(
         Path(PROMPT_LOOKUP), record, nn.Module(), make, num_speculative_tokens, "chain"
+    )
+
+
+#: the proposal that merges suffix decoding's branches into a drafter's tree
+HYBRID = "hybrid"
+
+
+def hybrid_runtime(
+    folder: Path,
+    record: dict[str, Any],
+    loaded: LoadedDrafter,
+    num_speculative_tokens: int | None,
+    settings: HybridSettings,
+) -> DrafterRuntime:
+    """A loaded drafter whose every request's proposer is a `HybridProposer` over it, all
+    sharing one global suffix cache (emptied before each measured pass)."""
+    cache = SuffixCache(settings.suffix.depth, settings.suffix.max_global_tokens)
+
+    def make() -> Proposer:
+        return HybridProposer(loaded.make_proposer(), settings, cache)
+
+    return DrafterRuntime(
+        folder,
+        record,
+        loaded.module,
+        make,
+        num_speculative_tokens,
+        HYBRID,
+        loaded.tree,
+        cache.clear,
     )
 
 

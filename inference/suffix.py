@@ -242,7 +242,8 @@ class SuffixProposer(Proposer):
         if self.cache is not None and self._prompt is not None:
             self.cache.add(token_ids[self._prompt :])
 
-    def _catch_up(self, context: list[int]) -> None:
+    def update(self, context: list[int]) -> None:
+        """Count the context's tokens not counted yet (a request's first call: its prompt)."""
         if self._prompt is None:
             self._prompt = len(context)  # the first round drafts the first output token
         self._suffixes = self.request.extend(self._suffixes, context[self._seen :])
@@ -270,7 +271,7 @@ class SuffixProposer(Proposer):
         params: SamplingParams,
         generator: torch.Generator | None,
     ) -> Proposal:
-        self._catch_up(context)
+        self.update(context)
         found = self.speculation(context, max_tokens) if max_tokens > 0 else None
         if found is None:
             return Proposal.chain([])

@@ -1,0 +1,183 @@
+"""Hybrid proposals: a trained drafter's tree and suffix decoding's branches, verified together.
+
+Each round suffix decoding speculates first (cheap: a few dictionary walks). Then one rule,
+from its score and what the drafter measurably delivers, picks what is verified:
+
+- **suffix alone** when the suffix proposal's score (its expected accepted tokens under the
+  counts) reaches `alone_margin` x the drafter's measured accepted tokens per round: the
+  drafter's forward is skipped (its pending target states wait for the next round it drafts);
+- **both** when the suffix proposal scores at least `min_score`: the drafter's chain or tree
+  with the suffix branches merged in: a suffix node whose parent already has a child of the
+  same token follows that child, the others are appended after the drafter's own children;
+- **the drafter alone** otherwise (its proposal untouched, on the device where it drafted).
+
+The drafter's accepted tokens per round are measured from the next round's context (which
+nodes the committed tokens followed), an exponential average over the rounds it drafted.
+
+Lossless: suffix nodes are deterministic (q one-hot) and come after the drafter's siblings, so
+recursive rejection at every node tests each child against the distribution it was drawn
+from (acceptance.py); greedy rounds follow the target's argmax down the merged tree.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+import torch
+
+from .errors import GenerationError
+from .proposers import Proposer
+from .sampling import SamplingParams
+from .suffix import Speculation, SuffixCache, SuffixProposer, SuffixSettings
+from .tree import Proposal
+
+#: the rule's choices, as counted in `HybridProposer.choices`
+CHOICES = ("suffix", "both", "drafter")
+
+
+@dataclass(frozen=True)
+class HybridSettings:
+    """How the hybrid rule weighs suffix branches against the drafter's."""
+
+    suffix: SuffixSettings = field(default_factory=lambda: SuffixSettings(tree=True))
+    #: suffix alone when its score >= alone_margin x the drafter's accepted tokens per round
+    alone_margin: float = 1.0
+    min_score: float = 0.5  # suffix branches join the drafter's from this score on
+    decay: float = 0.8  # weight of the past in the drafter's measured accepted tokens
+
+    def __post_init__(self) -> None:
+        if self.alone_margin <= 0:
+            raise GenerationError(f"hybrid alone_margin must be > 0, got {self.alone_margin}")
+        if self.min_score < 0:
+            raise GenerationError(f"hybrid min_score must be >= 0, got {self.min_score}")
+        if not 0 <= self.decay < 1:
+            raise GenerationError(f"hybrid decay must be in [0, 1), got {self.decay}")
+
+
+@dataclass
+class _Round:
+    """What was proposed, to measure what the drafter's nodes delivered."""
+
+    context_length: int
+    proposal: Proposal
+    from_drafter: list[bool] | None  # per node; None: every node is the drafter's
+
+
+def merge(proposal: Proposal, found: Speculation) -> tuple[Proposal, list[bool]]:
+    """The drafter's `proposal` with the suffix branches of `found` merged in (appended after
+    the drafter's nodes, one-hot q where the drafter's nodes carry theirs); which nodes are the
+    drafter's."""
+    tokens, parents = list(proposal.tokens), list(proposal.parents)
+    from_drafter = [True] * len(tokens)
+    children: dict[tuple[int, int], int] = {}
+    for index, (token, parent) in enumerate(zip(tokens, parents, strict=True)):
+        children.setdefault((parent, token), index)
+    placed: list[int] = []  # suffix node -> merged index
+    for token, parent in zip(found.tokens, found.parents, strict=True):
+        at = placed[parent] if parent >= 0 else -1
+        index = children.get((at, token))
+        if index is None:
+            index = len(tokens)
+            tokens.append(token)
+            parents.append(at)
+            from_drafter.append(False)
+            children[(at, token)] = index
+        placed.append(index)
+    probs = proposal.draft_probs
+    if probs is not None:
+        added = len(tokens) - len(proposal)
+        one_hot = probs.new_zeros(added, probs.shape[-1])
+        one_hot[torch.arange(added), torch.tensor(tokens[len(proposal) :])] = 1
+        probs = torch.cat([probs, one_hot])
+    return Proposal(tokens, parents, probs), from_drafter
+
+
+def accepted_nodes(proposal: Proposal, committed: list[int]) -> list[int]:
+    """The nodes the committed tokens followed from the root, in order."""
+    path, slot = [], 0
+    for token in committed:
+        match = next((c for c in proposal.children[slot] if proposal.tokens[c] == token), None)
+        if match is None:
+            break
+        path.append(match)
+        slot = match + 1
+    return path
+
+
+class HybridProposer(Proposer):
+    """A drafter that drafts trees (or chains), with suffix decoding's branches beside it."""
+
+    def __init__(
+        self,
+        drafter: Proposer,
+        settings: HybridSettings | None = None,
+        cache: SuffixCache | None = None,
+    ) -> None:
+        self.drafter = drafter
+        self.settings = settings or HybridSettings()
+        self.suffix = SuffixProposer(self.settings.suffix, cache)
+        self.target_layers = drafter.target_layers
+        self.choices: Counter[str] = Counter()  # rounds by the rule's choice (all requests)
+        self.drafter_accepted: float | None = None  # measured accepted drafter tokens a round
+        self.reset()
+
+    def reset(self) -> None:
+        """A new request for both proposers (the drafter's measured yield is kept)."""
+        self.drafter.reset()
+        self.suffix.reset()
+        self._last: _Round | None = None
+
+    def observe(self, states: torch.Tensor) -> None:
+        self.drafter.observe(states)
+
+    def cache_nbytes(self) -> int:
+        return self.drafter.cache_nbytes()
+
+    def finish(self, token_ids: list[int]) -> None:
+        self.drafter.finish(token_ids)
+        self.suffix.finish(token_ids)
+
+    def _measure(self, context: list[int]) -> None:
+        """The drafter's accepted nodes in the last round it drafted."""
+        last, self._last = self._last, None
+        if last is None:
+            return
+        committed = len(context) - last.context_length - 1  # the last one is the target's
+        if last.from_drafter is None:  # every node the drafter's: no walk (nor host read)
+            count = committed
+        else:
+            path = accepted_nodes(last.proposal, context[last.context_length :])
+            count = sum(1 for node in path if last.from_drafter[node])
+        decay = self.settings.decay
+        previous = count if self.drafter_accepted is None else self.drafter_accepted
+        self.drafter_accepted = decay * previous + (1 - decay) * count
+
+    @torch.no_grad()
+    def propose(
+        self,
+        context: list[int],
+        max_tokens: int,
+        params: SamplingParams,
+        generator: torch.Generator | None,
+    ) -> Proposal:
+        self._measure(context)
+        self.suffix.update(context)
+        if max_tokens <= 0:
+            return Proposal.chain([])
+        found = self.suffix.speculation(context, max_tokens)
+        settings = self.settings
+        expected = self.drafter_accepted
+        alone = expected is not None and found is not None
+        if alone and found.score >= settings.alone_margin * expected:
+            self.choices["suffix"] += 1
+            return Proposal(found.tokens, found.parents)
+        proposal = self.drafter.propose(context, max_tokens, params, generator)
+        if found is None or found.score < settings.min_score:
+            self.choices["drafter"] += 1
+            self._last = _Round(len(context), proposal, None)
+            return proposal
+        self.choices["both"] += 1
+        merged, from_drafter = merge(proposal, found)
+        self._last = _Round(len(context), merged, from_drafter)
+        return merged

@@ -1,0 +1,113 @@
+"""Hybrid proposals: suffix branches merged into a drafter's tree (shared prefixes followed,
+one-hot q appended), the rule's three choices, greedy identity, exact sampling with both branch
+kinds in one tree, loading and its refusals."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from draftzoo.inference.generate import SpeculativeGenerator
+from draftzoo.inference.hybrid import HybridProposer, HybridSettings, accepted_nodes, merge
+from draftzoo.inference.load import load_drafter
+from draftzoo.inference.proposers import PromptLookupProposer, ProposerError
+from draftzoo.inference.sampling import SamplingParams
+from draftzoo.inference.suffix import Speculation, SuffixCache, SuffixSettings
+from draftzoo.inference.tree import Proposal
+from tests.inference.helpers import PROMPTS
+from tests.inference.test_lossless_sampling import (
+    PARAMS,
+    _eagle3,
+    _exact_distribution,
+    _threshold,
+    _tiny_lm,
+    _tv,
+    sample_outcomes,
+)
+
+
+def test_merge_follows_shared_prefixes_and_appends_one_hot_branches():
+    q = torch.softmax(torch.randn(3, 6), -1)
+    drafter = Proposal([2, 3, 4], [-1, 0, -1], q)  # 2 -> 3, and 4
+    found = Speculation([2, 5, 1], [-1, 0, 1], 1.5, 3)  # 2 -> 5 -> 1
+    merged, mine = merge(drafter, found)
+    assert merged.tokens == [2, 3, 4, 5, 1] and merged.parents == [-1, 0, -1, 0, 3]
+    assert mine == [True, True, True, False, False]
+    assert torch.equal(merged.draft_probs[:3], q)
+    assert merged.draft_probs[3].tolist() == [0, 0, 0, 0, 0, 1.0]
+    assert merged.draft_probs[4].argmax() == 1 and merged.draft_probs[4].sum() == 1
+    assert accepted_nodes(merged, [2, 5, 1, 0]) == [0, 3, 4]
+
+
+def test_greedy_output_equals_target_only_and_the_rule_uses_each_choice(
+    tiny_drafters, target_and_tokenizer, reference
+):
+    model, tokenizer = target_and_tokenizer
+    runtime = load_drafter(tiny_drafters["eagle3"], model, tokenizer, "hybrid", 3)
+    assert runtime.proposal == "hybrid"
+    proposer = runtime.make_proposer()
+    generator = SpeculativeGenerator(model, tokenizer, proposer, runtime.num_speculative_tokens)
+    params = SamplingParams(max_new_tokens=32)
+    for _ in range(2):  # the second pass finds the first pass's answers in the global cache
+        assert [generator.generate(p, params).token_ids for p in PROMPTS] == reference
+    # this barely trained drafter delivers ~nothing, so a suffix match drafts alone
+    assert proposer.choices["suffix"] > 0 and proposer.choices["drafter"] > 0, proposer.choices
+    assert proposer.suffix.cache.tokens > 0
+    runtime.begin_pass()
+    assert proposer.suffix.cache.tokens == 0
+    # suffix branches beside the drafter's in every round they score
+    both = HybridProposer(
+        proposer.drafter, HybridSettings(alone_margin=1e9, min_score=0.0), SuffixCache()
+    )
+    generator = SpeculativeGenerator(model, tokenizer, both, runtime.num_speculative_tokens)
+    assert [generator.generate(p, params).token_ids for p in PROMPTS] == reference
+    assert both.choices["both"] > 0 and "suffix" not in both.choices
+
+
+@pytest.mark.parametrize("tree", [False, True], ids=["eagle3-chain", "eagle3-tree"])
+def test_sampling_with_both_branch_kinds_matches_the_target_distribution(tree):
+    """An untrained EAGLE-3 drafter's sampled chain or tree (its q far from p) with suffix
+    branches merged in (one-hot q), every round: the TV test of test_lossless_sampling.py."""
+    target = _tiny_lm(seed=0, sharpness=30.0)
+    exact = _exact_distribution(target, PARAMS)
+    cache = SuffixCache(4)
+    for output in ([1, 4, 2, 3, 0], [4, 2, 5, 1], [4, 3, 3, 2], [2, 2, 4, 1]):
+        cache.add(output)
+    # min_score 0 and an unreachable alone margin: suffix branches join the drafter's always
+    settings = HybridSettings(
+        SuffixSettings(depth=4, max_draft=2, tree=True, min_token_prob=0.0, spec_factor=4),
+        alone_margin=1e9,
+        min_score=0.0,
+    )
+    proposer = HybridProposer(_eagle3(target, tree), settings, cache)
+    generator = SpeculativeGenerator(target, None, proposer, num_speculative_tokens=3)
+    counts, accepted = sample_outcomes(generator)
+    tv, threshold = _tv(counts, exact), _threshold(exact)
+    assert tv < threshold, f"TV {tv:.4f} >= {threshold:.4f}"
+    assert accepted > 0 and proposer.choices["both"] > 0
+
+
+def test_a_hybrid_needs_a_drafter_that_drafts_trees(tiny_drafters, target_and_tokenizer, capsys):
+    model, tokenizer = target_and_tokenizer
+    with pytest.raises(ProposerError, match="drafts chains only; hybrid proposals"):
+        load_drafter(tiny_drafters["draft_lm"], model, tokenizer, "hybrid", 3)
+    from draftzoo.cli import main
+
+    args = ["generate", "--drafter", str(tiny_drafters["draft_lm"]), "--hybrid", "--prompt", "x"]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("draftzoo: error: ") and "drafts chains only; hybrid" in err[-1]
+    assert main(["generate", "--hybrid", "--prompt", "x"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "draftzoo: error: --hybrid needs --drafter DRAFTER (a family that drafts trees)"
+    )
+
+
+def test_bad_hybrid_settings_are_refused():
+    from draftzoo.inference.errors import GenerationError
+
+    with pytest.raises(GenerationError, match="alone_margin must be > 0"):
+        HybridSettings(alone_margin=0)
+    with pytest.raises(GenerationError, match="decay"):
+        HybridSettings(decay=1.0)
+    assert HybridProposer(PromptLookupProposer()).target_layers == ()
