@@ -15,8 +15,9 @@ is the most probable path. Drafts are deterministic: verification treats them as
 sampling stays exact.
 
 Memory: one node per distinct substring of <= `depth` tokens, at most `depth` new nodes a token
-(`SuffixTrie.nodes`). arctic-inference's suffix tree is not used: it builds only as part of its
-vLLM plugin (a C++ extension in an sdist that imports vLLM).
+(`SuffixTrie.nodes`). arctic-inference's suffix tree (a C++ extension in its sdist) is not a
+dependency: `pip install arctic-inference` fails here (its CMake asks the interpreter on PATH
+for nanobind, not the build environment's); docs/runtime.md says what builds it by hand.
 """
 
 from __future__ import annotations
