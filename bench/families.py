@@ -19,7 +19,8 @@ same process count; `auto` precision compared as resolved here) is taken from th
 than retrained; --retrain trains it anyway.
 Eval: one process, one target; every drafter with `draftzoo.eval.evaluate` (target-only and
 speculative interleaved prompt by prompt, certificate included), chain and, where the family
-has them, trees; prompt lookup the same way; transformers' assisted generation with the draft
+has them, trees and hybrid trees (its tree with suffix decoding's branches); prompt lookup and
+suffix decoding (chain and tree) the same way; transformers' assisted generation with the draft
 LM beside draftzoo's target-only, interleaved. Reports go to <work>/reports/<row>/; a row
 already measured is kept (so the phase resumes too).
 Board: `draftzoo.eval.leaderboard` over those reports and the reference rows.
@@ -63,6 +64,7 @@ FAMILIES: dict[str, list[Stage]] = {
     "eagle1": [Stage("eagle1", "eagle1/testbed-small.yaml", zoo_name="eagle1-testbed-small")],
     "eagle3": [Stage("eagle3", "eagle3/testbed-small.yaml", zoo_name="eagle3-testbed-small")],
     "mtp": [Stage("mtp", "mtp/testbed-small.yaml", zoo_name="mtp-testbed-small")],
+    "dflash": [Stage("dflash", "dflash/testbed-small.yaml", zoo_name="dflash-testbed-small")],
     "medusa1": [Stage("medusa1", "medusa1/testbed-small.yaml", zoo_name="medusa1-testbed-small")],
     "medusa2": [
         Stage("medusa2-heads", "medusa1/testbed-small.yaml", ("train.max_steps=1600",)),
@@ -74,8 +76,10 @@ FAMILIES: dict[str, list[Stage]] = {
         ),
     ],
 }
-#: families that draft trees as well as chains (rows for both)
+#: families that draft trees as well as chains (rows for both, and a hybrid row)
 TREES = ("eagle1", "eagle3", "medusa1", "medusa2")
+#: DFlash drafts a block of 8: its chain is the block's 7 tokens
+CHAIN_LENGTH = {"dflash": 7}
 
 
 def _overrides(stage: Stage, work: Path) -> list[str]:
@@ -180,7 +184,7 @@ def train(work: Path, families: list[str], retrain: bool) -> None:
             print(f"[train] {stage.folder} done in {time.time() - began:.0f} s", flush=True)
 
 
-def eval_config(proposal: str):
+def eval_config(proposal: str, chain: int = 4):
     """The leaderboard's measurement: the zoo cards' prompts, batch 1, one repeat."""
     from draftzoo.eval.runner import EvalConfig
 
@@ -190,6 +194,7 @@ def eval_config(proposal: str):
         max_new_tokens=128,
         temperatures=(0.0, 1.0),
         proposal=proposal,
+        num_speculative_tokens=chain,
     )
 
 
@@ -204,12 +209,12 @@ def measure(work: Path, families: list[str]) -> None:
         if drafter is None:
             print(f"[eval] {family}: {source}; skipped", flush=True)
             continue
-        for proposal in ("chain", "tree") if family in TREES else ("chain",):
+        for proposal in ("chain", "tree", "hybrid") if family in TREES else ("chain",):
             out = reports / f"{family}-{proposal}"
             if (out / "report.json").is_file():
                 continue
             target, tokenizer = load_target("testbed-small")  # fresh: Medusa-2 adapts it
-            config = eval_config(proposal)
+            config = eval_config(proposal, CHAIN_LENGTH.get(family, 4))
             runtime = load_drafter(
                 drafter, target, tokenizer, proposal, config.num_speculative_tokens, config.tree
             )
@@ -225,6 +230,17 @@ def measure(work: Path, families: list[str]) -> None:
         print("[eval] prompt lookup", flush=True)
         report = evaluate(target, tokenizer, runtime, config, "testbed-small")
         write_report(report, reports / "prompt-lookup-chain")
+    for tree in (False, True):
+        out = reports / f"suffix-{'tree' if tree else 'chain'}"
+        if not (out / "report.json").is_file():
+            from draftzoo.inference.load import suffix_runtime
+            from draftzoo.inference.suffix import SuffixSettings
+
+            target, tokenizer = load_target("testbed-small")
+            config = eval_config("tree" if tree else "chain")
+            runtime = suffix_runtime(config.num_speculative_tokens, SuffixSettings(tree=tree))
+            print(f"[eval] suffix decoding ({'tree' if tree else 'chain'})", flush=True)
+            write_report(evaluate(target, tokenizer, runtime, config, "testbed-small"), out)
     draft_lm, _ = drafter_of("draft_lm", work, retrain=False)
     references = work / "references.json"
     if draft_lm is not None and not references.is_file():

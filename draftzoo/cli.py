@@ -100,10 +100,10 @@ def _testbed_info(args: argparse.Namespace) -> int:
 
 
 def _proposal(args: argparse.Namespace) -> str:
-    """chain, tree or hybrid, as the flags ask (one of --tree and --hybrid)."""
-    if args.tree and args.hybrid:
-        raise ConfigError("--tree and --hybrid: a hybrid proposal is the drafter's tree already")
-    return "hybrid" if args.hybrid else "tree" if args.tree else "chain"
+    """chain, tree, hybrid (the drafter's chain with suffix branches) or hybrid-tree."""
+    if args.hybrid:
+        return "hybrid-tree" if args.tree else "hybrid"
+    return "tree" if args.tree else "chain"
 
 
 def _suffix_settings(args: argparse.Namespace):
@@ -118,9 +118,10 @@ def _generate(args: argparse.Namespace) -> int:
     from draftzoo.inference.sampling import SamplingParams
     from draftzoo.inference.tree import TreeSettings
 
-    if (args.tree or args.hybrid) and not args.drafter:
-        flag = "--hybrid" if args.hybrid else "--tree"
-        raise ConfigError(f"{flag} needs --drafter DRAFTER (a family that drafts trees)")
+    if args.tree and not args.drafter:
+        raise ConfigError("--tree needs --drafter DRAFTER (a family that drafts trees)")
+    if args.hybrid and not args.drafter:
+        raise ConfigError("--hybrid needs --drafter DRAFTER (suffix branches beside its drafts)")
     params = SamplingParams(
         temperature=args.temperature,
         top_k=args.top_k,
@@ -282,8 +283,8 @@ def _model_free_runtime(args: argparse.Namespace, config):
         return None
     if args.drafter is not None:
         raise ConfigError("draftzoo eval: a drafter or a model-free proposer, not both")
-    if config.proposal == "hybrid":
-        raise ConfigError("draftzoo eval: --hybrid needs a drafter (a family that drafts trees)")
+    if config.proposal.startswith("hybrid"):
+        raise ConfigError("draftzoo eval: --hybrid needs a drafter (it adds suffix branches)")
     if args.prompt_lookup:
         if config.proposal == "tree":
             raise ConfigError("draftzoo eval: prompt lookup drafts chains only (drop --tree)")

@@ -84,8 +84,8 @@ TREE_HELP = (
     "static tree cut to the heads' depth)"
 )
 HYBRID_HELP = (
-    "the drafter's tree with suffix decoding's branches merged in, or suffix branches alone "
-    "when they score above what the drafter delivers (families that draft trees)"
+    "the drafter's chain (with --tree: its tree) with suffix decoding's branches merged in, or "
+    "suffix branches alone when they score above what the drafter delivers"
 )
 
 

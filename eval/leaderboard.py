@@ -106,8 +106,10 @@ def group_of(report: dict[str, Any]) -> str:
 
 
 def _proposal(serving: dict[str, Any]) -> str:
-    if serving["proposal"] == "hybrid":
-        return _proposal({**serving, "proposal": "tree"}) + " + suffix branches"
+    hybrids = {"hybrid": "chain", "hybrid-tree": "tree"}
+    if serving["proposal"] in hybrids:
+        drafted = {**serving, "proposal": hybrids[serving["proposal"]]}
+        return _proposal(drafted) + " + suffix branches"
     if serving["proposal"] == "chain":
         return f"chain of {serving['num_speculative_tokens']}"
     tree = serving.get("tree") or {}

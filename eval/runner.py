@@ -52,6 +52,10 @@ SUMMARY_FILE = "summary.txt"
 REPORT_VERSION = 1
 
 
+#: what `EvalConfig.proposal` may be
+PROPOSALS = ("chain", "tree", "hybrid", "hybrid-tree")
+
+
 @dataclass(frozen=True)
 class EvalConfig:
     """What `draftzoo eval` measures."""
@@ -62,7 +66,8 @@ class EvalConfig:
     temperatures: tuple[float, ...] = (0.0, 1.0)
     batch_sizes: tuple[int, ...] = (1,)
     repeats: int = 1  # full reruns, for the speedup's spread
-    #: "chain", "tree" (families that draft trees) or "hybrid" (their tree with suffix branches)
+    #: "chain", "tree" (families that draft trees), "hybrid" / "hybrid-tree" (the drafter's
+    #: chain / tree with suffix decoding's branches)
     proposal: str = "chain"
     num_speculative_tokens: int = NUM_SPECULATIVE_TOKENS  # chain length (trees use tree_depth)
     tree_top_k: int = TreeSettings.top_k  # the tree budget's defaults are `TreeSettings`'
@@ -99,8 +104,8 @@ class EvalConfig:
             raise ValueError("temperatures must be >= 0")
         if not self.batch_sizes or any(b < 1 for b in self.batch_sizes):
             raise ValueError("batch sizes must be >= 1")
-        if self.proposal not in ("chain", "tree", "hybrid"):
-            raise ValueError(f"proposal must be 'chain', 'tree' or 'hybrid', got {self.proposal!r}")
+        if self.proposal not in PROPOSALS:
+            raise ValueError(f"proposal must be one of {PROPOSALS}, got {self.proposal!r}")
         if self.acceptance not in ACCEPTANCES:
             raise ValueError(f"acceptance must be one of {ACCEPTANCES}, got {self.acceptance!r}")
         if self.num_speculative_tokens < 1:
@@ -139,7 +144,7 @@ class EvalConfig:
 
     @property
     def tree(self) -> TreeSettings | None:
-        if self.proposal not in ("tree", "hybrid"):
+        if self.proposal not in ("tree", "hybrid-tree"):
             return None
         return TreeSettings(
             self.tree_top_k, self.tree_depth, self.tree_tokens, self.tree_sampled_children

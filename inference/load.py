@@ -95,8 +95,8 @@ def load_drafter(
 ) -> DrafterRuntime:
     """A drafter folder loaded for `target` (a transformers causal LM), fingerprint-checked.
 
-    `proposal`: "chain", "hybrid" (its tree with suffix decoding's branches,
-    `HybridProposer`) or "tree" for a family that drafts trees (EAGLE: EAGLE-2 dynamic
+    `proposal`: "chain", "hybrid" / "hybrid-tree" (its chain / tree with suffix decoding's
+    branches, `HybridProposer`) or "tree" for a family that drafts trees (EAGLE: EAGLE-2 dynamic
     trees, `TreeSettings`; Medusa: a static `MedusaTree`, its calibrated or default one when
     none is given; a zoo entry's published settings as a dict); a tree's depth then sets the
     speculation length unless that is None (adaptive). A family that adapts the target
@@ -108,11 +108,12 @@ def load_drafter(
         spec = family_spec(record["family"])
     except UnknownFamilyError as err:
         raise DrafterError(f"{folder}: {err}") from err
-    hybrid = proposal == HYBRID
-    request = DrafterRequest("tree" if hybrid else proposal, num_speculative_tokens, tree, cache)
-    if proposal in ("tree", HYBRID) and not spec.drafts_trees:
+    hybrid = proposal in HYBRIDS
+    drafted = HYBRIDS.get(proposal, proposal)  # what the drafter itself proposes
+    request = DrafterRequest(drafted, num_speculative_tokens, tree, cache)
+    if drafted == "tree" and not spec.drafts_trees:
         tree_families = [s.display_name for s in family_specs().values() if s.drafts_trees]
-        what = "trees" if proposal == "tree" else "hybrid proposals (suffix branches in its tree)"
+        what = "trees" if proposal == "tree" else "hybrid trees (suffix branches in its tree)"
         raise ProposerError(
             f"a {spec.display_name} drafter drafts chains only; {what} need one of: "
             f"{', '.join(tree_families)}"
@@ -128,7 +129,9 @@ def load_drafter(
     if request.proposal == "tree" and num_speculative_tokens is not None:
         num_speculative_tokens = loaded.tree.depth
     if hybrid:
-        return hybrid_runtime(folder, record, loaded, num_speculative_tokens, HybridSettings())
+        return hybrid_runtime(
+            folder, record, loaded, num_speculative_tokens, proposal, HybridSettings()
+        )
     return DrafterRuntime(
         folder,
         record,
@@ -158,8 +161,9 @@ def prompt_lookup_runtime(
     )
 
 
-#: the proposal that merges suffix decoding's branches into a drafter's tree
-HYBRID = "hybrid"
+#: proposals that merge suffix decoding's branches into what the drafter proposes: its chain
+#: (any family) or its tree (families that draft trees)
+HYBRIDS = {"hybrid": "chain", "hybrid-tree": "tree"}
 
 
 def hybrid_runtime(
@@ -167,6 +171,7 @@ def hybrid_runtime(
     record: dict[str, Any],
     loaded: LoadedDrafter,
     num_speculative_tokens: int | None,
+    proposal: str,
     settings: HybridSettings,
 ) -> DrafterRuntime:
     """A loaded drafter whose every request's proposer is a `HybridProposer` over it, all
@@ -182,7 +187,7 @@ def hybrid_runtime(
         loaded.module,
         make,
         num_speculative_tokens,
-        HYBRID,
+        proposal,
         loaded.tree,
         cache.clear,
     )

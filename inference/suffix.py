@@ -15,9 +15,12 @@ is the most probable path. Drafts are deterministic: verification treats them as
 sampling stays exact.
 
 Memory: one node per distinct substring of <= `depth` tokens, at most `depth` new nodes a token
-(`SuffixTrie.nodes`). arctic-inference's suffix tree (a C++ extension in its sdist) is not a
-dependency: `pip install arctic-inference` fails here (its CMake asks the interpreter on PATH
-for nanobind, not the build environment's); docs/runtime.md says what builds it by hand.
+(`SuffixTrie.nodes`): measured 25-27 nodes and about 6.4 KB a token at depth 32 on the testbed's
+answers, so the global budget defaults to 100,000 tokens (~0.6 GiB).
+
+arctic-inference's suffix tree (a C++ extension in its sdist) is not a dependency: `pip install
+arctic-inference` fails here (its CMake asks the interpreter on PATH for nanobind, not the
+build environment's); docs/runtime.md says what builds it by hand.
 """
 
 from __future__ import annotations
@@ -48,7 +51,9 @@ class SuffixSettings:
     spec_offset: float = 0.0
     min_token_prob: float = 0.1  # nodes whose probability given the match is lower: not drafted
     tree: bool = False  # propose a tree of continuations instead of the most probable path
-    max_global_tokens: int = 1_000_000  # the global cache's budget of earlier outputs' tokens
+    #: the global cache's budget of earlier outputs' tokens (about 6 KiB each at depth 32:
+    #: bench/results/cpu-2026-12-03-suffix-cost)
+    max_global_tokens: int = 100_000
 
     def __post_init__(self) -> None:
         for name in ("depth", "max_draft", "max_global_tokens"):
@@ -192,7 +197,7 @@ class SuffixCache:
     """The global structure: earlier requests' outputs, oldest evicted first once their tokens
     pass `max_tokens`. Shared by every proposer given it (one per request in a batch)."""
 
-    def __init__(self, depth: int = 32, max_tokens: int = 1_000_000) -> None:
+    def __init__(self, depth: int = 32, max_tokens: int = 100_000) -> None:
         self.trie = SuffixTrie(depth)
         self.max_tokens = max_tokens
         self.held: deque[tuple[int, ...]] = deque()

@@ -43,8 +43,8 @@ def test_greedy_output_equals_target_only_and_the_rule_uses_each_choice(
     tiny_drafters, target_and_tokenizer, reference
 ):
     model, tokenizer = target_and_tokenizer
-    runtime = load_drafter(tiny_drafters["eagle3"], model, tokenizer, "hybrid", 3)
-    assert runtime.proposal == "hybrid"
+    runtime = load_drafter(tiny_drafters["eagle3"], model, tokenizer, "hybrid-tree", 3)
+    assert runtime.proposal == "hybrid-tree"
     proposer = runtime.make_proposer()
     generator = SpeculativeGenerator(model, tokenizer, proposer, runtime.num_speculative_tokens)
     params = SamplingParams(max_new_tokens=32)
@@ -87,19 +87,25 @@ def test_sampling_with_both_branch_kinds_matches_the_target_distribution(tree):
     assert accepted > 0 and proposer.choices["both"] > 0
 
 
-def test_a_hybrid_needs_a_drafter_that_drafts_trees(tiny_drafters, target_and_tokenizer, capsys):
+def test_hybrid_chains_serve_any_family_and_hybrid_trees_need_a_tree_family(
+    tiny_drafters, target_and_tokenizer, reference, capsys
+):
     model, tokenizer = target_and_tokenizer
-    with pytest.raises(ProposerError, match="drafts chains only; hybrid proposals"):
-        load_drafter(tiny_drafters["draft_lm"], model, tokenizer, "hybrid", 3)
+    runtime = load_drafter(tiny_drafters["draft_lm"], model, tokenizer, "hybrid", 3)
+    generator = SpeculativeGenerator(model, tokenizer, runtime.make_proposer(), 3)
+    params = SamplingParams(max_new_tokens=32)
+    assert [generator.generate(p, params).token_ids for p in PROMPTS] == reference
+    with pytest.raises(ProposerError, match="drafts chains only; hybrid trees"):
+        load_drafter(tiny_drafters["draft_lm"], model, tokenizer, "hybrid-tree", 3)
     from draftzoo.cli import main
 
-    args = ["generate", "--drafter", str(tiny_drafters["draft_lm"]), "--hybrid", "--prompt", "x"]
-    assert main(args) == 2
+    drafter = str(tiny_drafters["draft_lm"])
+    assert main(["generate", "--drafter", drafter, "--hybrid", "--tree", "--prompt", "x"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err[-1].startswith("draftzoo: error: ") and "drafts chains only; hybrid" in err[-1]
+    assert err[-1].startswith("draftzoo: error: ") and "drafts chains only; hybrid trees" in err[-1]
     assert main(["generate", "--hybrid", "--prompt", "x"]) == 2
     assert capsys.readouterr().err.strip() == (
-        "draftzoo: error: --hybrid needs --drafter DRAFTER (a family that drafts trees)"
+        "draftzoo: error: --hybrid needs --drafter DRAFTER (suffix branches beside its drafts)"
     )
 
 
