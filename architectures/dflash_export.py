@@ -18,29 +18,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from .export import Export, sglang_layer_ids
+from .export import Export, llama_fields, sglang_layer_ids
 
 
 def _qwen3_fields(config: dict[str, Any]) -> dict[str, Any]:
-    """The drafter's layers as a transformers Qwen3Config."""
-    rope = config.get("rope_parameters") or {}
-    return {
-        "model_type": "qwen3",
-        "hidden_size": config["hidden_size"],
-        "intermediate_size": config["intermediate_size"],
-        "num_attention_heads": config["num_attention_heads"],
-        "num_key_value_heads": config["num_key_value_heads"],
-        "head_dim": config["head_dim"],
-        "num_hidden_layers": config["num_hidden_layers"],
-        "hidden_act": config["hidden_act"],
-        "rms_norm_eps": config["rms_norm_eps"],
-        "max_position_embeddings": config["max_position_embeddings"],
-        "rope_theta": rope.get("rope_theta", 10000.0),
-        "rope_scaling": None if rope.get("rope_type", "default") == "default" else dict(rope),
-        "vocab_size": config["vocab_size"],
-        "attention_bias": False,
-        "tie_word_embeddings": False,
-    }
+    """The drafter's layers as a transformers Qwen3Config (Llama's fields, its layer count)."""
+    fields = {**llama_fields(config), "model_type": "qwen3"}
+    fields["num_hidden_layers"] = config["num_hidden_layers"]
+    return fields
 
 
 def export_engines(export: Export) -> None:

@@ -345,6 +345,13 @@ def all_weights(model, state_dict: dict) -> dict:
     return state_dict
 
 
+def own_weights(model, state_dict: dict) -> dict:
+    """`export_drafter`'s `weights` for a drafter sharing target weights: the entries of its
+    `drafter_state_dict()`."""
+    kept = set(model.drafter_state_dict())
+    return {k: v for k, v in state_dict.items() if k in kept}
+
+
 def export_drafter(
     run: Run,
     model,

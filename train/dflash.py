@@ -20,7 +20,7 @@ import torch
 from ..architectures.dflash import FAMILY, DflashConfig, build_dflash
 from ..data.capture import CaptureConfig
 from ..data.token_dataset import DataConfig
-from .blocks import export_drafter, prepare_model, start_run, train_steps
+from .blocks import export_drafter, own_weights, prepare_model, start_run, train_steps
 from .dflash_loss import DflashLoss
 from .distributed import whole_weights
 from .recipe_config import TargetSpec, TrainConfig, TrainResult
@@ -93,9 +93,5 @@ def run(recipe: DflashRecipe) -> TrainResult:
         ],
     }
 
-    def weights(model, state_dict: dict) -> dict:
-        kept = set(model.drafter_state_dict())
-        return {k: v for k, v in state_dict.items() if k in kept}
-
-    export_drafter(run, drafter, FAMILY, weights, training, outcome, list(module.taps))
+    export_drafter(run, drafter, FAMILY, own_weights, training, outcome, list(module.taps))
     return TrainResult.of(run.output_dir, outcome, accuracies[0])

@@ -23,7 +23,7 @@ import torch
 from ..architectures.eagle import EagleConfig, EagleDrafter, build_eagle, init_draft_head
 from ..data.capture import CaptureConfig
 from ..data.token_dataset import DataConfig
-from .blocks import export_drafter, prepare_model, start_run, train_steps
+from .blocks import export_drafter, own_weights, prepare_model, start_run, train_steps
 from .distributed import whole_weights
 from .eagle_batch import EagleLoss, draft_vocab
 from .recipe_config import TargetSpec, TrainConfig, TrainResult
@@ -115,9 +115,5 @@ def run(recipe: EagleRecipe) -> TrainResult:
         ],
     }
 
-    def weights(model, state_dict: dict) -> dict:
-        kept = set(model.drafter_state_dict())
-        return {k: v for k, v in state_dict.items() if k in kept}
-
-    export_drafter(run, drafter, recipe.family, weights, training, outcome, list(module.layers))
+    export_drafter(run, drafter, recipe.family, own_weights, training, outcome, list(module.layers))
     return TrainResult.of(run.output_dir, outcome, accuracies[0])
