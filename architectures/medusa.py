@@ -7,7 +7,9 @@ started from the target's lm_head. Unlike the reference code's `[ResBlock] * n`,
 one block object (shared weights), every block here holds its own weights.
 
 Parameter names are vLLM's (`blocks.{h}.layers.{l}.weight/bias`, `lm_heads.{h}.weight`), so
-the vLLM export is a rename-free copy.
+the vLLM export is a rename-free copy. With `draft_vocab_size` set, each projection covers only
+the most frequent supervised tokens (vLLM's `truncated_vocab_size`): `token_map` [draft vocab]
+holds their target ids in ascending order, and every other token's logit is -inf.
 """
 
 from __future__ import annotations
@@ -63,10 +65,13 @@ class MedusaConfig:
 
     num_heads: int = 4  # K: head k predicts the token k + 1 places after the next one
     num_layers: int = 1  # residual blocks per head
+    draft_vocab_size: int | None = None  # heads over the N most frequent tokens; None: all
 
     def __post_init__(self) -> None:
         if self.num_heads < 1 or self.num_layers < 1:
             raise ValueError("medusa.num_heads and medusa.num_layers must be >= 1")
+        if self.draft_vocab_size is not None and self.draft_vocab_size < 1:
+            raise ValueError(f"medusa.draft_vocab_size must be >= 1, got {self.draft_vocab_size}")
 
 
 class ResidualBlocks(nn.Module):
@@ -93,27 +98,70 @@ class MedusaHeads(nn.Module):
         self.fields = dict(fields)
         hidden, vocab = fields["hidden_size"], fields["vocab_size"]
         heads, layers = fields["medusa_num_heads"], fields["medusa_num_layers"]
+        self.vocab_size = vocab
+        self.draft_vocab_size = fields.get("truncated_vocab_size", vocab)
+        if not 1 <= self.draft_vocab_size <= vocab:
+            raise DrafterError(
+                f"truncated_vocab_size {self.draft_vocab_size} is not in 1..{vocab} (vocab_size)"
+            )
         self.blocks = nn.ModuleList(ResidualBlocks(hidden, layers) for _ in range(heads))
-        self.lm_heads = nn.ModuleList(nn.Linear(hidden, vocab, bias=False) for _ in range(heads))
+        self.lm_heads = nn.ModuleList(
+            nn.Linear(hidden, self.draft_vocab_size, bias=False) for _ in range(heads)
+        )
+        # ascending target ids (the real map comes from the data); None: the whole vocabulary
+        truncated = self.draft_vocab_size < vocab
+        token_map = torch.arange(self.draft_vocab_size) if truncated else None
+        self.register_buffer("token_map", token_map)
 
     @property
     def num_heads(self) -> int:
         return len(self.blocks)
+
+    def set_token_map(self, token_map: torch.Tensor) -> None:
+        """Install the draft vocabulary: `draft_vocab_size` distinct ascending target ids."""
+        ids = token_map.to(torch.long)
+        if self.token_map is None or ids.shape != self.token_map.shape:
+            raise ValueError(f"a token map of {self.draft_vocab_size} ids is wanted")
+        if not bool((ids[1:] > ids[:-1]).all()) or int(ids[0]) < 0 or ids[-1] >= self.vocab_size:
+            raise ValueError("a token map holds distinct ascending ids of the target's vocabulary")
+        with torch.no_grad():
+            self.token_map.copy_(ids)
 
     def forward(
         self, hidden: torch.Tensor | list[torch.Tensor], heads: int | None = None
     ) -> torch.Tensor | list[torch.Tensor]:
         """Logits [heads, ..., V] of the first `heads` heads (all by default) on one state
         tensor [..., h]; or, given a list of K tensors (training: each head's own positions),
-        the list of each head's logits on its own tensor."""
+        the list of each head's logits on its own tensor over the draft vocabulary [n, V']."""
         if isinstance(hidden, (list, tuple)):
-            return [self.head_logits(k, states) for k, states in enumerate(hidden)]
+            return [self.draft_logits(k, states) for k, states in enumerate(hidden)]
         count = self.num_heads if heads is None else heads
         return torch.stack([self.head_logits(k, hidden) for k in range(count)])
 
-    def head_logits(self, k: int, hidden: torch.Tensor) -> torch.Tensor:
-        """Logits [..., V] of head k (0-based: head 0 predicts two tokens ahead)."""
+    def draft_logits(self, k: int, hidden: torch.Tensor) -> torch.Tensor:
+        """Logits [..., V'] of head k over its draft vocabulary (0-based: head 0 predicts two
+        tokens ahead)."""
         return self.lm_heads[k](self.blocks[k](hidden.to(self.lm_heads[k].weight.dtype)))
+
+    def head_logits(self, k: int, hidden: torch.Tensor) -> torch.Tensor:
+        """Logits [..., V] of head k over the target's vocabulary (-inf off the draft one)."""
+        return self.to_vocab(self.draft_logits(k, hidden))
+
+    def to_vocab(self, logits: torch.Tensor) -> torch.Tensor:
+        """Draft-vocabulary logits [..., V'] placed in the target's vocabulary [..., V]."""
+        if self.token_map is None:
+            return logits
+        full = logits.new_full((*logits.shape[:-1], self.vocab_size), float("-inf"))
+        full[..., self.token_map] = logits
+        return full
+
+    def draft_ids(self) -> torch.Tensor | None:
+        """[V] each target id's draft id, -1 off the draft vocabulary (None: not truncated)."""
+        if self.token_map is None:
+            return None
+        ids = torch.full((self.vocab_size,), -1, dtype=torch.long, device=self.token_map.device)
+        ids[self.token_map] = torch.arange(len(self.token_map), device=ids.device)
+        return ids
 
     def drafter_state_dict(self) -> dict[str, torch.Tensor]:
         """Every tensor is the drafter's own (nothing is shared with the target)."""
@@ -131,18 +179,31 @@ class MedusaHeads(nn.Module):
 
 def medusa_fields(config: MedusaConfig, target, family: str = "medusa1") -> dict:
     """config.json fields of heads for `target` (a `TargetAdapter`)."""
-    return {
+    vocab = target.lm_head.weight.shape[0]
+    fields = {
         "draftzoo_family": family,
         "hidden_size": target.hidden_size,
-        "vocab_size": target.lm_head.weight.shape[0],
+        "vocab_size": vocab,
         "medusa_num_heads": config.num_heads,
         "medusa_num_layers": config.num_layers,
     }
+    if config.draft_vocab_size is not None:
+        if config.draft_vocab_size > vocab:
+            raise ValueError(
+                f"medusa.draft_vocab_size {config.draft_vocab_size} is larger than the "
+                f"target's vocabulary ({vocab})"
+            )
+        if config.draft_vocab_size < vocab:
+            fields["truncated_vocab_size"] = config.draft_vocab_size
+    return fields
 
 
-def build_medusa(config: MedusaConfig, target, family: str = "medusa1") -> MedusaHeads:
+def build_medusa(
+    config: MedusaConfig, target, family: str = "medusa1", token_map: torch.Tensor | None = None
+) -> MedusaHeads:
     """Fresh heads for `target`: blocks at the identity, each head's projection a copy of the
-    target's lm_head (so an untrained head predicts what the target predicts next)."""
+    target's lm_head rows (so an untrained head predicts what the target predicts next);
+    `token_map`: the draft vocabulary of truncated heads."""
     weight = target.lm_head.weight
     if weight.shape[1] != target.hidden_size:
         raise TargetError(
@@ -150,9 +211,12 @@ def build_medusa(config: MedusaConfig, target, family: str = "medusa1") -> Medus
             f"{target.hidden_size}; Medusa heads need a plain vocabulary projection"
         )
     heads = MedusaHeads(medusa_fields(config, target, family))
+    if token_map is not None:
+        heads.set_token_map(token_map)
+    rows = weight if heads.token_map is None else weight[heads.token_map.to(weight.device)]
     with torch.no_grad():
         for head in heads.lm_heads:
-            head.weight.copy_(weight.to(head.weight))
+            head.weight.copy_(rows.to(head.weight))
     return heads
 
 

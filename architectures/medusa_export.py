@@ -37,14 +37,15 @@ def _write_adapted_target(export: Export) -> None:
 
 
 def _vllm_layout(config, tensors):
-    """vLLM's `MedusaModel`: its parameter names are the heads' own; the config keys are
-    exactly those vLLM's MedusaConfig reads."""
+    """vLLM's `MedusaModel`: its parameter names are the heads' own (truncated heads keep
+    their `token_map`, which vLLM reads by that name); the config keys are exactly those vLLM's
+    MedusaConfig reads."""
     out = {
         "architectures": ["MedusaModel"],
         "model_type": "medusa",
         "hidden_size": config["hidden_size"],
         "vocab_size": config["vocab_size"],
-        "truncated_vocab_size": config["vocab_size"],
+        "truncated_vocab_size": config.get("truncated_vocab_size", config["vocab_size"]),
         "num_heads": config["medusa_num_heads"],
         "num_hidden_layers": config["medusa_num_layers"],
         "medusa_fc_bias": "blocks.0.layers.0.bias" in tensors,
@@ -57,6 +58,12 @@ def _reference_layout(config, tensors, base_model: str):
     block is `{h}.{l}.linear.*` and its projection `{h}.{L}.weight`; config keys as Medusa's
     `MedusaConfig` (and TGI) read them."""
     layers = config["medusa_num_layers"]
+    if "truncated_vocab_size" in config:
+        raise ExportError(
+            f"these heads cover {config['truncated_vocab_size']} of {config['vocab_size']} "
+            "tokens; the Medusa reference layout has no token map (export them to vllm, or "
+            "train with medusa.draft_vocab_size: null)"
+        )
     if layers != 1:
         raise ExportError(
             f"the Medusa reference layout repeats one residual block per head, so it holds "

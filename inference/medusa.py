@@ -206,7 +206,7 @@ class MedusaProposer(Proposer):
         width = self.tree.top_k if self.tree is not None else 1
         uniforms = None  # T > 0: `width` i.i.d. draws from each head's q
         if not params.greedy:
-            shape = (depth, width, self.heads.lm_heads[0].out_features)
+            shape = (depth, width, self.heads.vocab_size)
             uniforms = torch.rand(shape, generator=generator, device=self.device)
         last = self.last.to(self.device)
         if not self.use_graphs:

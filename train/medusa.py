@@ -12,6 +12,7 @@ checkpoints, exact resume, replica checks and the atomic export are the shared t
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 
 import torch
@@ -21,10 +22,13 @@ from ..data.capture import CaptureConfig
 from ..data.token_dataset import DataConfig
 from .blocks import all_weights, export_drafter, prepare_model, start_run, train_steps
 from .distributed import whole_weights
+from .eagle_batch import draft_vocab
 from .medusa_heldout import CalibrationConfig, calibration_record, heldout_batches
 from .medusa_loss import MedusaLoss, MedusaLossConfig
 from .recipe_config import TargetSpec, TrainConfig, TrainResult
 from .setup import meta_target, model_config
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -67,6 +71,7 @@ def meta_summary(target, heads: MedusaHeads) -> dict:
         "target_parameters": sum(p.numel() for p in target.parameters()),
         "head_parameters": sum(p.numel() for p in heads.parameters()),
         "num_heads": heads.num_heads,
+        "draft_vocab_size": heads.draft_vocab_size,
         "vocab_size": target.lm_head.weight.shape[0],
         "target_layers": target.num_layers,
     }
@@ -80,18 +85,39 @@ def check_recipe(recipe: MedusaRecipe) -> dict:
 def run(recipe: MedusaRecipe) -> TrainResult:
     """Train and export the heads; resumes from the newest complete checkpoint."""
     run = start_run(recipe)
+    token_map, covered = draft_token_map(recipe.medusa, run)
     with whole_weights(run.accelerator):
-        heads: MedusaHeads = build_medusa(recipe.medusa, run.target)
+        heads: MedusaHeads = build_medusa(recipe.medusa, run.target, token_map=token_map)
     heads = heads.to(run.accelerator.device)
     heads, optimizer, scheduler = prepare_model(run.accelerator, heads, recipe.train)
     loss = MedusaLoss(recipe.loss, recipe.medusa.num_heads, run.target, run.features)
     outcome = train_steps(run, heads, optimizer, scheduler, loss)
-    training = loss.record(outcome.metrics)
+    training = {**loss.record(outcome.metrics), **covered}
     bare = run.accelerator.unwrap_model(heads)
     training.update(heldout_record(run, bare, run.target, recipe.calibration))
     layers = [run.target.num_layers]
     export_drafter(run, heads, recipe.family, all_weights, training, outcome, layers)
     return TrainResult.of(run.output_dir, outcome, training["head_top1_accuracy"][0])
+
+
+def draft_token_map(config: MedusaConfig, run) -> tuple[torch.Tensor | None, dict]:
+    """(token_map, training-record fields) of truncated heads: the `draft_vocab_size` most
+    frequent supervised tokens of the run's data and the share of supervised tokens they cover;
+    (None, {}) for heads over the whole vocabulary."""
+    vocab = run.target.lm_head.weight.shape[0]
+    if config.draft_vocab_size is None or config.draft_vocab_size >= vocab:
+        return None, {}
+    _, t2d, covered = draft_vocab(config, run.dataset, vocab)
+    logger.info(
+        "draft vocabulary: %d of %d tokens, covering %.4f of supervised tokens",
+        config.draft_vocab_size,
+        vocab,
+        covered,
+    )
+    return t2d.nonzero().flatten(), {
+        "draft_vocab_size": config.draft_vocab_size,
+        "draft_vocab_coverage": round(covered, 6),
+    }
 
 
 def heldout_record(run, heads: MedusaHeads, target, calibration: CalibrationConfig) -> dict:

@@ -27,7 +27,7 @@ from ..data.capture import CaptureConfig
 from ..data.token_dataset import DataConfig
 from .blocks import export_drafter, prepare_model, start_run, train_steps
 from .distributed import whole_weights
-from .medusa import heldout_record, meta_summary
+from .medusa import draft_token_map, heldout_record, meta_summary
 from .medusa2_loss import Medusa2Loss, Medusa2LossConfig
 from .medusa2_model import AdaptedTargetHeads
 from .medusa_heldout import CalibrationConfig, heldout_batches, target_drift
@@ -91,8 +91,9 @@ def check_recipe(recipe: Medusa2Recipe) -> dict:
 def run(recipe: Medusa2Recipe) -> TrainResult:
     """Train and export heads and adapter; resumes from the newest complete checkpoint."""
     run = start_run(recipe)
+    token_map, covered = (None, {}) if recipe.init_heads else draft_token_map(recipe.medusa, run)
     with whole_weights(run.accelerator):
-        heads = _initial_heads(recipe, run.target)
+        heads = _initial_heads(recipe, run.target, token_map)
         peft_model = attach_lora(run.target.model, recipe.lora)
     peft_model.peft_config["default"].base_model_name_or_path = recipe.target.path
     model = AdaptedTargetHeads(run.target, peft_model, heads).to(run.accelerator.device)
@@ -107,6 +108,7 @@ def run(recipe: Medusa2Recipe) -> TrainResult:
         "final_kl": outcome.metrics.get("train/kl", float("nan")),
         "lora": {"rank": recipe.lora.rank, "alpha": recipe.lora.alpha},
         **_heads_stage(recipe.init_heads),
+        **covered,
     }
     bare = run.accelerator.unwrap_model(model)
     bare.eval()
@@ -117,9 +119,10 @@ def run(recipe: Medusa2Recipe) -> TrainResult:
     return TrainResult.of(run.output_dir, outcome, training["head_top1_accuracy"][0])
 
 
-def _initial_heads(recipe: Medusa2Recipe, target) -> MedusaHeads:
-    """Fresh heads, or trained Medusa-1 heads for this target (`init_heads`)."""
-    fresh = build_medusa(recipe.medusa, target, recipe.family)
+def _initial_heads(recipe: Medusa2Recipe, target, token_map=None) -> MedusaHeads:
+    """Fresh heads, or trained Medusa-1 heads for this target (`init_heads`, with their own
+    draft vocabulary)."""
+    fresh = build_medusa(recipe.medusa, target, recipe.family, token_map)
     if recipe.init_heads is None:
         return fresh
     trained = load_medusa(recipe.init_heads, target)

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from .eagle_losses import ahead, real_positions
-from .medusa_loss import HEAD_TARGETS, HeadAccuracies, head_hits, head_loss
+from .medusa_loss import HEAD_TARGETS, HeadAccuracies, draft_head_loss, head_hits
 
 RAMPS = ("sine", "linear", "constant")
 
@@ -91,9 +91,13 @@ class Medusa2Loss(HeadAccuracies):
         for k, (keep, head_logits) in enumerate(zip(keeps, outputs, strict=True), start=1):
             head_logits = head_logits.float()
             data_tokens = ahead(batch.input_ids, k + 1, keep)
-            loss = head_loss(self.config.target, head_logits, data_tokens, ahead(teacher, k, keep))
+            wanted = ahead(logits, k, keep).argmax(-1)
+            bare = self.model.heads
+            loss = draft_head_loss(
+                self.config.target, bare, head_logits, data_tokens, ahead(teacher, k, keep), wanted
+            )
             heads = heads + self.config.decay ** (k - 1) * loss
-            stats.update(head_hits(k, head_logits, ahead(logits, k, keep).argmax(-1)))
+            stats.update(head_hits(k, head_logits, wanted, bare.token_map))
         stats["heads_weight"] = torch.stack([heads.new_tensor(self.weight), heads.new_tensor(1.0)])
         total = self.config.distill_weight * kl + self.weight * heads
         return total, stats

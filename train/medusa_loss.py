@@ -46,12 +46,30 @@ def head_loss(kind: str, logits: torch.Tensor, data_tokens, teacher_logits) -> t
     return -(F.softmax(teacher_logits, -1) * F.log_softmax(logits, -1)).sum()
 
 
+def draft_head_loss(kind, heads, logits, data_tokens, teacher_logits, wanted) -> torch.Tensor:
+    """`head_loss` of draft-vocabulary logits [n, V'] (`heads`: the bare `MedusaHeads`).
+
+    Truncated heads, as EAGLE-3's pruned vocabulary: only positions whose token (the data's
+    for `data`, the target's greedy one for `distill`) the draft vocabulary holds count, and the
+    teacher's distribution is renormalised over the draft vocabulary."""
+    draft_ids = heads.draft_ids()
+    if draft_ids is None:
+        return head_loss(kind, logits, data_tokens, teacher_logits)
+    keep = draft_ids[data_tokens if kind == "data" else wanted] >= 0
+    teacher = teacher_logits[keep][:, heads.token_map]
+    return head_loss(kind, logits[keep], draft_ids[data_tokens[keep]], teacher)
+
+
 @torch.no_grad()
-def head_hits(k: int, logits: torch.Tensor, wanted: torch.Tensor) -> dict[str, torch.Tensor]:
+def head_hits(
+    k: int, logits: torch.Tensor, wanted: torch.Tensor, token_map: torch.Tensor | None = None
+) -> dict[str, torch.Tensor]:
     """{"head{k}_top1": [hits, positions], "head{k}_top5": ...} of head k against the
-    verifier's greedy tokens `wanted`."""
+    verifier's greedy tokens `wanted` (`token_map`: the target ids of truncated logits)."""
     count = logits.new_tensor(float(len(wanted)))
     top5 = logits.topk(min(5, logits.shape[-1]), dim=-1).indices
+    if token_map is not None:
+        top5 = token_map[top5]
     return {
         f"head{k}_top1": torch.stack([(top5[:, 0] == wanted).float().sum(), count]),
         f"head{k}_top5": torch.stack([(top5 == wanted[:, None]).any(-1).float().sum(), count]),
@@ -87,7 +105,8 @@ def medusa_loss_sums(config: MedusaLossConfig, heads, target, final: torch.Tenso
 
     `heads` is the (possibly DDP/DeepSpeed-wrapped) module, called once with every head's
     positions; `final` the target's final post-norm states [b, s, h]."""
-    num_heads = getattr(heads, "module", heads).num_heads
+    bare = getattr(heads, "module", heads)
+    num_heads = bare.num_heads
     keeps = [real_positions(batch, k + 1) for k in range(1, num_heads + 1)]  # x_{t+k+1} real
     outputs = heads([final[keep] for keep in keeps])
     total = final.new_zeros((), dtype=torch.float32)
@@ -101,11 +120,11 @@ def medusa_loss_sums(config: MedusaLossConfig, heads, target, final: torch.Tenso
         logits = logits.float()  # [n, V]
         with torch.no_grad():
             teacher = target_logits(target, ahead(final, k, keep)).float()
-        data_tokens = ahead(batch.input_ids, k + 1, keep)
-        total = total + config.decay ** (k - 1) * head_loss(
-            config.target, logits, data_tokens, teacher
+        data_tokens, wanted = ahead(batch.input_ids, k + 1, keep), teacher.argmax(-1)
+        total = total + config.decay ** (k - 1) * draft_head_loss(
+            config.target, bare, logits, data_tokens, teacher, wanted
         )
-        stats.update(head_hits(k, logits, teacher.argmax(-1)))
+        stats.update(head_hits(k, logits, wanted, bare.token_map))
     return total, stats
 
 

@@ -70,9 +70,10 @@ def test_save_load_and_its_refusals(target, tmp_path):
 def _vllm_parameters(config: dict) -> dict[str, tuple[int, ...]]:
     """vLLM's `Medusa` module's parameters, as its code builds them (model_executor/models/
     medusa.py: ResidualBlock layers with bias=config.medusa_fc_bias, one ParallelLMHead per
-    head)."""
+    head over truncated_vocab_size rows), and `token_map` [truncated], which its load_weights
+    takes by name when truncated_vocab_size < vocab_size."""
     h, v = config["hidden_size"], config["truncated_vocab_size"]
-    params = {}
+    params = {"token_map": (v,)} if v < config["vocab_size"] else {}
     for head in range(config["num_heads"]):
         for layer in range(config["num_hidden_layers"]):
             params[f"blocks.{head}.layers.{layer}.weight"] = (h, h)
@@ -144,3 +145,38 @@ def test_medusa_reference_export_matches_its_parameters_and_config(target, tmp_p
     )
     with pytest.raises(ExportError, match="heads of 1 layer"):
         export_drafter(deeper, tmp_path / "ref2", "medusa", target.config)
+
+
+def test_truncated_heads_cover_their_token_map_and_export_it_for_vllm(target, tmp_path):
+    vocab = target.lm_head.weight.shape[0]
+    token_map = torch.tensor([3, 5, 8, 13, 21, 34, 55, 89])
+    heads = build_medusa(MedusaConfig(num_heads=2, draft_vocab_size=8), target, token_map=token_map)
+    assert heads.fields["truncated_vocab_size"] == 8 and heads.lm_heads[0].weight.shape[0] == 8
+    hidden = torch.randn(4, target.hidden_size)
+    logits = heads(hidden)  # [2, 4, V]: the target's vocabulary, -inf off the map
+    assert logits.shape == (2, 4, vocab)
+    off = torch.ones(vocab, dtype=torch.bool)
+    off[token_map] = False
+    assert torch.isinf(logits[..., off]).all() and torch.isfinite(logits[..., token_map]).all()
+    shifted = hidden + torch.nn.functional.silu(heads.blocks[0].layers[0].bias)
+    torch.testing.assert_close(logits[0][:, token_map], target.lm_head(shifted)[:, token_map])
+    draft_ids = heads.draft_ids()
+    assert draft_ids[token_map].tolist() == list(range(8)) and int(draft_ids[off].max()) == -1
+    folder = _saved(heads, target, tmp_path / "heads")
+    assert torch.equal(load_medusa(folder, target).token_map, token_map)
+    out = export_drafter(folder, tmp_path / "vllm", "vllm", target.config)
+    config = json.loads((out / "config.json").read_text())
+    assert (config["vocab_size"], config["truncated_vocab_size"]) == (vocab, 8)
+    from safetensors.torch import load_file
+
+    weights = load_file(str(out / "model.safetensors"))
+    assert {k: tuple(v.shape) for k, v in weights.items()} == _vllm_parameters(config)
+    assert torch.equal(weights["token_map"], token_map)
+    with pytest.raises(ExportError, match="no token map"):
+        export_drafter(folder, tmp_path / "ref", "medusa", target.config, verifier="base/x")
+    with pytest.raises(ValueError, match="ascending"):
+        heads.set_token_map(token_map.flip(0))
+    with pytest.raises(ValueError, match="larger than the target's vocabulary"):
+        build_medusa(MedusaConfig(draft_vocab_size=vocab + 1), target)
+    whole = build_medusa(MedusaConfig(draft_vocab_size=vocab), target)
+    assert whole.token_map is None and "truncated_vocab_size" not in whole.fields

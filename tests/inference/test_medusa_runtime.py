@@ -62,6 +62,43 @@ def test_greedy_output_equals_target_only_batch_1_and_4(
     assert [o.token_ids for o in out.outputs] == reference
 
 
+def _truncated(heads_folder, model, tokenizer, path: Path) -> Path:
+    """The trained heads cut to the half of the vocabulary they rank highest on average."""
+    from draftzoo.architectures.drafter_io import read_drafter_record, save_drafter
+    from draftzoo.architectures.medusa import MedusaHeads
+    from draftzoo.architectures.target import TargetFingerprint
+
+    heads = MedusaProposer.from_pretrained(heads_folder, model, tokenizer).heads
+    vocab = heads.vocab_size
+    token_map = heads.lm_heads[0].weight.norm(dim=-1).topk(vocab // 2).indices.sort().values
+    fields = {**heads.fields, "truncated_vocab_size": vocab // 2}
+    cut = MedusaHeads(fields)
+    cut.set_token_map(token_map)
+    with torch.no_grad():
+        for source, target in zip(heads.lm_heads, cut.lm_heads, strict=True):
+            target.weight.copy_(source.weight[token_map])
+        for source, target in zip(heads.blocks, cut.blocks, strict=True):
+            target.load_state_dict(source.state_dict())
+    record = read_drafter_record(heads_folder)
+    fingerprint = TargetFingerprint.from_dict(record["target"])
+    layers = record["hidden_state_layers"]
+    return save_drafter(cut, path, "medusa1", fingerprint, {}, "hash", layers=layers)
+
+
+@pytest.mark.parametrize("tree", [None, TREE], ids=["chain", "tree"])
+def test_truncated_heads_keep_greedy_output_identical(
+    heads_folder, target_and_tokenizer, reference, tree, tmp_path
+):
+    model, tokenizer = target_and_tokenizer
+    folder = _truncated(heads_folder, model, tokenizer, tmp_path / "cut")
+    proposer = MedusaProposer.from_pretrained(folder, model, tokenizer, tree)
+    assert proposer.heads.token_map is not None
+    generator = SpeculativeGenerator(model, tokenizer, proposer, num_speculative_tokens=3)
+    outputs = [generator.generate(p, SamplingParams(max_new_tokens=32)) for p in PROMPTS]
+    assert [o.token_ids for o in outputs] == reference
+    assert sum(o.metrics.num_accepted_tokens for o in outputs) > 0
+
+
 @pytest.mark.parametrize("tree", [None, TREE], ids=["chain", "tree"])
 def test_a_greedy_round_reads_the_host_once(heads_folder, target_and_tokenizer, reference, tree):
     """The heads' chain or tree stays on the device (gathered there from each head's

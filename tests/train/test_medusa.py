@@ -66,6 +66,69 @@ def test_loss_is_the_decayed_sum_of_each_heads_cross_entropy(testbed_tiny, chat,
         assert all(0 <= stats[f"head{k}_top1"][0] <= stats[f"head{k}_top5"][0] for k in (1, 2, 3))
 
 
+def test_truncated_heads_learn_only_the_tokens_their_vocabulary_holds(testbed_tiny, chat, tmp_path):
+    recipe = tiny_medusa_recipe(tmp_path, testbed_tiny[0], chat)
+    target = load_target(recipe.target, "cpu")
+    dataset, _, _ = build_token_dataset(recipe.data, target.tokenizer, tmp_path / "cache")
+    batch = collate([dataset[i] for i in range(2)], target.tokenizer.pad_token_id or 0)
+    token_map = batch.input_ids.unique()[::2]  # half the tokens the rows hold
+    torch.manual_seed(0)
+    heads = build_medusa(
+        MedusaConfig(num_heads=2, draft_vocab_size=len(token_map)), target, token_map=token_map
+    )
+    final = (
+        target(batch.input_ids, hidden_indices=[target.num_layers])
+        .hidden_states[target.num_layers]
+        .detach()
+    )
+    for kind in ("data", "distill"):
+        total, stats = medusa_loss_sums(MedusaLossConfig(target=kind), heads, target, final, batch)
+        expected, positions = 0.0, 0
+        for k in (1, 2):
+            for b, t in batch.loss_mask[:, k + 1 :].nonzero().tolist():
+                if batch.position_ids[b, t + k + 1] != batch.position_ids[b, t] + k + 1:
+                    continue
+                positions += k == 1
+                teacher = target_logits(target, final[b, t + k]).detach()
+                token = int(batch.input_ids[b, t + k + 1] if kind == "data" else teacher.argmax())
+                if token not in token_map.tolist():
+                    continue  # the draft vocabulary cannot hold it: no loss
+                logits = heads.draft_logits(k - 1, final[b, t])
+                if kind == "data":
+                    wanted = torch.tensor(token_map.tolist().index(token))
+                    term = F.cross_entropy(logits, wanted)
+                else:
+                    p = F.softmax(teacher[token_map], -1)
+                    term = -(p * F.log_softmax(logits, -1)).sum()
+                expected = expected + 0.8 ** (k - 1) * term
+        torch.testing.assert_close(total, expected, rtol=1e-4, atol=1e-3)
+        assert stats["head1_top1"][1] == positions  # accuracy counts every position
+
+
+def test_a_truncated_run_keeps_the_most_frequent_supervised_tokens(testbed_tiny, chat, tmp_path):
+    from draftzoo.data.draft_vocab import count_supervised_tokens
+
+    recipe = tiny_medusa_recipe(
+        tmp_path,
+        testbed_tiny[0],
+        chat,
+        medusa={"num_heads": 2, "draft_vocab_size": 32},
+        train={"max_steps": 2},
+    )
+    assert run(recipe).final_loss > 0
+    folder = Path(recipe.output_dir)
+    training = read_drafter_record(folder)["training"]
+    assert training["draft_vocab_size"] == 32 and 0 < training["draft_vocab_coverage"] < 1
+    target = load_target(recipe.target, "cpu")
+    dataset, _, _ = build_token_dataset(recipe.data, target.tokenizer, tmp_path / "cache2")
+    counts = count_supervised_tokens(dataset, target.lm_head.weight.shape[0])
+    from draftzoo.architectures.medusa import load_medusa
+
+    kept = load_medusa(folder, target).token_map
+    dropped = ~torch.isin(torch.arange(len(counts)), kept)
+    assert int(counts[kept].min()) >= int(counts[dropped].max())
+
+
 def test_a_run_trains_exports_and_records_per_head_accuracy(testbed_tiny, chat, tmp_path):
     recipe = tiny_medusa_recipe(tmp_path, testbed_tiny[0], chat, train={"max_steps": 4})
     result = run(recipe)
