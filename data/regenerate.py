@@ -10,6 +10,11 @@ The output is a .jsonl of `{"row": N, "messages": [...]}` in source order, writt
 window (each window of `sort_window` batches is generated grouped by prompt length; flushed and
 fsynced); a rerun keeps the rows already written, drops a torn last line, and continues.
 Plain-text rows are copied unchanged. Malformed rows are counted as in training.
+
+A record beside the output (`<output>.regenerate.json`, naming the source) marks the file as
+this command's own: an existing file without it (the source itself, any file of the user's)
+is refused untouched, and so is a resume from another source, a symbolic link, or a file whose
+finished rows hold a damaged line (only a torn last line, a killed run's, is cut).
 """
 
 from __future__ import annotations
@@ -58,17 +63,72 @@ class RegenerateConfig:
             raise DataError(f"limit must be >= 1, got {self.limit}")
 
 
-def _done_rows(output: Path) -> set[int]:
-    """Rows already written; a torn (unparseable) tail is cut off the file."""
-    if not output.is_file():
+#: what the record beside an output says of the file
+WRITTEN_BY = "draftzoo regenerate"
+
+
+def output_record(output: Path) -> Path:
+    """The record that marks `output` as written by `regenerate`."""
+    return output.with_name(output.name + ".regenerate.json")
+
+
+def _source_id(source: str) -> str:
+    path = Path(source).expanduser()
+    return str(path.resolve()) if path.exists() else str(source)
+
+
+def claim_output(output: Path, source: str) -> set[int]:
+    """The rows `output` already holds (empty for a new file, whose record is written now);
+    refuses, changing nothing, any output that is not this command's resumable file for
+    `source`."""
+    record = output_record(output)
+    for path in (output, record):
+        if path.is_symlink() or (path.exists() and not path.is_file()):
+            raise DataError(f"{path} is not a regular file; regenerate writes only files it made")
+    if output.exists() and _source_id(source) == str(output.resolve()):
+        raise DataError(f"{output} is the recipe's data source; name a new file for the answers")
+    if not output.exists():
+        output.parent.mkdir(parents=True, exist_ok=True)
+        tmp = record.with_name(record.name + ".tmp")
+        tmp.write_text(json.dumps({"written_by": WRITTEN_BY, "source": _source_id(source)}))
+        os.replace(tmp, record)
         return set()
+    try:
+        claimed = json.loads(record.read_text())
+        owner, claimed_source = claimed["written_by"], claimed["source"]
+    except (OSError, ValueError, KeyError, TypeError):
+        owner = claimed_source = None
+    if owner != WRITTEN_BY:
+        raise DataError(
+            f"{output} exists and draftzoo regenerate did not write it (no {record.name} "
+            "beside it); name a new file (nothing was changed)"
+        )
+    if claimed_source != _source_id(source):
+        raise DataError(
+            f"{output} holds answers to {claimed_source}, not to {source}; name a new file or "
+            "rerun with that source"
+        )
+    return _done_rows(output)
+
+
+def _done_rows(output: Path) -> set[int]:
+    """Rows already written; a torn last line (no newline: a killed write) is cut off the file,
+    a damaged finished line is refused."""
     done, good_bytes = set(), 0
     with output.open("rb") as handle:
-        for line in handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.endswith(b"\n"):
+                break  # the last write of a killed run
             try:
-                done.add(int(json.loads(line)["row"]))
-            except (ValueError, KeyError, TypeError):
-                break
+                row = json.loads(line)
+                if not isinstance(row.get("messages", row.get("text")), (list, str)):
+                    raise ValueError("no messages or text")
+                done.add(int(row["row"]))
+            except (ValueError, KeyError, TypeError, AttributeError) as err:
+                raise DataError(
+                    f"{output}:{number}: not a regenerated row ({err}); repair or remove that "
+                    "line, then rerun (nothing was changed)"
+                ) from err
             good_bytes += len(line)
     if good_bytes != output.stat().st_size:
         logger.warning("%s: dropping a torn last line", output)
@@ -168,8 +228,7 @@ def regenerate(
     writer = adapter.model if writer is None else writer
     output = Path(output)
     fresh = not output.exists()
-    output.parent.mkdir(parents=True, exist_ok=True)
-    done = _done_rows(output)
+    done = claim_output(output, data.source)
     tokenizer = adapter.tokenizer
     tokenizer.padding_side = "left"
     if tokenizer.pad_token_id is None:
@@ -198,8 +257,9 @@ def regenerate(
             os.fsync(handle.fileno())
             written += len(window)
     if report.kept == 0 and not done:
-        if fresh:
-            output.unlink(missing_ok=True)  # a refused run leaves nothing behind
+        if fresh:  # a refused run leaves nothing behind
+            output.unlink(missing_ok=True)
+            output_record(output).unlink(missing_ok=True)
         raise DataError(
             f"{data.source}: no usable rows ({report.summary()}); first problems: "
             f"{'; '.join(report.examples)}"

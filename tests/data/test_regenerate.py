@@ -169,3 +169,42 @@ def test_answers_are_capped_to_the_room_the_writers_context_leaves(testbed_tiny,
     assert len(tokenizer(answers[1], add_special_tokens=False)["input_ids"]) <= room
     assert answers[2] == ""  # the prompt alone fills the context
     assert "capped" in report.to_dict() and RowReport.from_dict(report.to_dict()).capped == 2
+
+
+def test_an_output_regenerate_did_not_write_is_refused_untouched(testbed_tiny, tmp_path):
+    """The source itself, a user's file, another source's answers, a symlink and a damaged
+    finished line: each refused in one error, every byte where it was."""
+    import os
+
+    from draftzoo.data.regenerate import output_record
+
+    source = write_chat_jsonl(tmp_path / "chat.jsonl", 4)
+    other = write_chat_jsonl(tmp_path / "other.jsonl", 4)
+    target = load_target(TargetSpec(path=str(testbed_tiny[0])), "cpu")
+    config = RegenerateConfig(max_new_tokens=4, batch_size=2, limit=2)
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes\n")
+    link = tmp_path / "link.jsonl"
+    os.symlink(notes, link)
+    before = {p: p.read_bytes() for p in (source, notes)}
+    cases = [
+        (source, "data source"),
+        (notes, "did not write it"),
+        (link, "not a regular file"),
+        (tmp_path, "not a regular file"),
+    ]
+    for output, message in cases:
+        with pytest.raises(DataError, match=message):
+            regenerate(target, DataConfig(source=str(source)), output, config)
+    assert {p: p.read_bytes() for p in before} == before
+    assert not output_record(notes).exists() and not output_record(source).exists()
+    out = tmp_path / "answers.jsonl"
+    regenerate(target, DataConfig(source=str(source)), out, config)
+    with pytest.raises(DataError, match="holds answers to"):
+        regenerate(target, DataConfig(source=str(other)), out, config)
+    lines = out.read_text().splitlines(keepends=True)
+    damaged = "".join([lines[0][:10] + "\n", *lines[1:]])
+    out.write_text(damaged)
+    with pytest.raises(DataError, match=r"answers.jsonl:1: not a regenerated row"):
+        regenerate(target, DataConfig(source=str(source)), out, RegenerateConfig(batch_size=2))
+    assert out.read_text() == damaged  # the finished row after it is kept
