@@ -4,7 +4,9 @@
 - `stdlib-heldout`: documented functions of the stdlib modules the testbed never trained on,
   cut to signature + docstring, in file order.
 - a question file (`path/to/question.jsonl`, MT-bench / Spec-Bench format: one JSON object per
-  line with `question_id`, `category` and `turns`); the first turn is the prompt.
+  line with `question_id`, `category` and `turns`); the first turn is the prompt. A
+  conversation file (`messages` rows, as `draftzoo user-turns` writes) serves too: its first
+  user turn is the prompt.
 - `hf:NAME[:SPLIT[:COLUMN]]`: a dataset from the Hugging Face hub (real targets; needs the hub).
 """
 
@@ -92,12 +94,13 @@ def question_file_prompts(path: Path) -> list[Prompt]:
             continue
         try:
             row = json.loads(line)
-            turns, category = row["turns"], str(row.get("category", path.stem))
+            turns = row["turns"] if "turns" in row else _user_turns(row["messages"])
+            category = str(row.get("category", path.stem))
             question_id = str(row.get("question_id", number))
-        except (json.JSONDecodeError, KeyError, TypeError) as err:
+        except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as err:
             raise PromptSetError(
                 f"{path}:{number}: expected a JSON object with 'turns' (and 'category', "
-                f"'question_id'): {err}"
+                f"'question_id') or 'messages': {err}"
             ) from err
         if not isinstance(turns, list) or not turns or not isinstance(turns[0], str):
             raise PromptSetError(f"{path}:{number}: 'turns' must be a non-empty list of strings")
@@ -105,6 +108,11 @@ def question_file_prompts(path: Path) -> list[Prompt]:
     if not prompts:
         raise PromptSetError(f"{path} holds no questions")
     return prompts
+
+
+def _user_turns(messages) -> list:
+    """The user turns' contents of a `messages` list."""
+    return [m["content"] for m in messages if m["role"] == "user"]
 
 
 def hub_prompts(spec: str) -> list[Prompt]:

@@ -250,6 +250,7 @@ def _eval_config(args: argparse.Namespace):
         return EvalConfig(
             prompt_sets=tuple(args.prompt_set or ["humaneval"]),
             max_prompts=args.prompts,
+            heldout_from=tuple(args.heldout_from or ()),
             max_new_tokens=args.max_new_tokens,
             temperatures=tuple(args.temperatures),
             batch_sizes=tuple(args.batch_sizes),

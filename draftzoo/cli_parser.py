@@ -384,6 +384,13 @@ def _add_zoo_commands(commands, handlers: Mapping[str, Callable]) -> None:
         "hf:NAME[:SPLIT[:COLUMN]] (repeatable; default humaneval)",
     )
     ev.add_argument("--prompts", type=int, default=20, help="prompts per set (after a warm-up)")
+    ev.add_argument(
+        "--heldout-from",
+        action="append",
+        metavar="DATA",
+        help="training data (a data.source): prompts sharing an 8-word window with it are "
+        "dropped first and counted in the report (repeatable)",
+    )
     ev.add_argument("--max-new-tokens", type=int, default=MAX_NEW_TOKENS)
     ev.add_argument("--temperatures", type=float, nargs="+", default=[0.0, 1.0])
     ev.add_argument("--batch-sizes", type=int, nargs="+", default=[1])

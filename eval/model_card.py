@@ -32,6 +32,8 @@ def eval_command(report: dict[str, Any], drafter: str) -> str:
     for name in cfg["prompt_sets"]:
         parts += ["--prompt-set", name]
     parts += ["--prompts", str(cfg["max_prompts"]), "--max-new-tokens", str(cfg["max_new_tokens"])]
+    for source in cfg.get("heldout_from", ()):
+        parts += ["--heldout-from", source]
     parts += ["--temperatures", *[f"{t:g}" for t in cfg["temperatures"]]]
     parts += ["--batch-sizes", *[str(b) for b in cfg["batch_sizes"]]]
     parts += ["--repeats", str(cfg["repeats"])]
@@ -257,6 +259,22 @@ def _use_section(name: str, report: dict[str, Any]) -> list[str]:
     ]
 
 
+def heldout_lines(report: dict[str, Any]) -> list[str]:
+    """The held-out check's one line (none when the report has none)."""
+    heldout = report.get("heldout")
+    if not heldout:
+        return []
+    sets = "; ".join(
+        f"{name}: {found['overlapping']} of {found['prompts']} overlapping, dropped"
+        for name, found in heldout["sets"].items()
+    )
+    sources = ", ".join(f"{s['source']} ({s['rows']} rows)" for s in heldout["sources"])
+    return [
+        f"- Held out from the training data ({sources}; {heldout['ngram']}-word windows): {sets}.",
+        "",
+    ]
+
+
 def _measured_section(report: dict[str, Any], plots: list[str]) -> list[str]:
     cfg, memory, hw = report["config"], report["memory"], report["hardware"]
     lines = [
@@ -270,6 +288,7 @@ def _measured_section(report: dict[str, Any], plots: list[str]) -> list[str]:
         "",
         *_results_table(report),
         "",
+        *heldout_lines(report),
     ]
     for temperature, cats, accept in batch_one_breakdown(report):
         lines.append(

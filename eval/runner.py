@@ -17,6 +17,7 @@ per draft step on the target's own continuations of the same prompts.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import os
@@ -37,6 +38,7 @@ from ..architectures.defaults import MAX_CACHE_LENGTH, MAX_NEW_TOKENS, NUM_SPECU
 from ..architectures.drafter_io import checkpoint_hash
 from ..architectures.families import family_spec, family_specs
 from ..architectures.target import TargetAdapter
+from ..data.dedupe import TrainingText, training_text
 from ..data.prompts import Prompt, load_prompt_set
 from ..inference.batch import BatchGenerator
 from ..inference.cache_settings import CacheSettings
@@ -62,6 +64,9 @@ class EvalConfig:
 
     prompt_sets: tuple[str, ...] = ("humaneval",)  # names, question files, hf:NAME[:SPLIT[:COL]]
     max_prompts: int = 20  # per prompt set (after the warm-up prompt)
+    #: training data (data.source files or names): prompts overlapping it are dropped before
+    #: the first `max_prompts` are taken, and counted in the report (`draftzoo.data.dedupe`)
+    heldout_from: tuple[str, ...] = ()
     max_new_tokens: int = MAX_NEW_TOKENS
     temperatures: tuple[float, ...] = (0.0, 1.0)
     batch_sizes: tuple[int, ...] = (1,)
@@ -177,12 +182,42 @@ class _Run:
 
 
 def load_prompts(config: EvalConfig) -> list[Prompt]:
-    """The first `max_prompts` + 1 prompts of every set (the very first is the warm-up)."""
+    """The first `max_prompts` + 1 prompts of every set (the very first is the warm-up), past
+    those that overlap `heldout_from`."""
     prompts: list[Prompt] = []
     for index, name in enumerate(config.prompt_sets):
-        chosen = load_prompt_set(name)
+        chosen = _held_out(load_prompt_set(name), config.heldout_from)
         prompts += chosen[: config.max_prompts + (1 if index == 0 else 0)]
     return prompts
+
+
+@functools.lru_cache(maxsize=2)
+def _training_text(sources: tuple[str, ...]) -> TrainingText:
+    return training_text(sources)
+
+
+def _held_out(prompts: list[Prompt], sources: tuple[str, ...]) -> list[Prompt]:
+    if not sources:
+        return prompts
+    text = _training_text(sources)
+    return [p for p in prompts if not text.overlaps(p.text)]
+
+
+def heldout_record(config: EvalConfig) -> dict[str, Any] | None:
+    """What the held-out check found: the training sources (with hashes), the window, and per
+    prompt set how many prompts it has and how many overlap the training data (None without
+    `heldout_from`)."""
+    if not config.heldout_from:
+        return None
+    text = _training_text(config.heldout_from)
+    sets = {}
+    for name in config.prompt_sets:
+        prompts = load_prompt_set(name)
+        sets[name] = {
+            "prompts": len(prompts),
+            "overlapping": len(prompts) - len(_held_out(prompts, config.heldout_from)),
+        }
+    return {"sources": text.sources, "ngram": text.n, "sets": sets}
 
 
 def _module_bytes(module) -> int:
@@ -500,6 +535,7 @@ def evaluate(
             "tree": asdict(drafter.tree) if drafter.tree else None,
         },
         "categories": sorted({p.category for p in prompts[1:]}),
+        "heldout": heldout_record(config),
         "results": results,
         "teacher_forced": teacher_forced,
         "certificate": certificate_of(target, tokenizer, drafter, config, prompts[1:]),
@@ -634,6 +670,17 @@ def teacher_forced_breakdown(report: dict[str, Any]) -> list[tuple[float, str]]:
     ]
 
 
+def _heldout_line(report: dict[str, Any]) -> list[str]:
+    heldout = report.get("heldout")
+    if not heldout:
+        return []
+    dropped = ", ".join(
+        f"{name} {found['overlapping']}/{found['prompts']}"
+        for name, found in heldout["sets"].items()
+    )
+    return [f"heldout   overlapping the training data, dropped: {dropped}"]
+
+
 def summary_text(report: dict[str, Any]) -> str:
     """The human summary of a report."""
     ck, cfg = report["checkpoint"], report["config"]
@@ -642,6 +689,7 @@ def summary_text(report: dict[str, Any]) -> str:
         f"target    {report['target']['name']}",
         f"prompts   {', '.join(cfg['prompt_sets'])}: {report['results'][0]['prompts']} "
         f"(+1 warm-up), {cfg['max_new_tokens']} new tokens, {cfg['repeats']} repeat(s)",
+        *_heldout_line(report),
         f"proposal  {report['serving']['proposal']}, {report['serving']['num_speculative_tokens']}"
         f" tokens deep",
         *_lossy_line(report),

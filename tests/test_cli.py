@@ -99,6 +99,24 @@ def test_train_check_validates_the_real_pair_on_meta(capsys):
     assert "train.lr: expected float" in capsys.readouterr().err
 
 
+def test_every_smollm2_recipe_checks_on_meta_before_the_target_is_fetched(
+    tmp_path, monkeypatch, capsys
+):
+    """Unfetched, a packaged target's recipes are checked against its hub model's shipped
+    config (no hub, no download); every family has one."""
+    from draftzoo.architectures.defaults import recipes_dir
+    from draftzoo.architectures.families import family_specs
+
+    monkeypatch.setenv("DRAFTZOO_CACHE", str(tmp_path / "empty"))
+    recipes = sorted(recipes_dir().glob("*/smollm2-135m-instruct.yaml"))
+    builtin = {spec.recipes_dir for spec in family_specs().values()}
+    assert {path.parent.name for path in recipes} == builtin
+    for recipe in recipes:
+        assert main(["train", str(recipe), "--check"]) == 0, recipe
+        out = capsys.readouterr().out
+        assert "target_parameters: 134,515,008" in out and "target_layers: 30" in out
+
+
 def test_capture_then_regenerate_writer_mismatch_are_cli_commands(testbed_tiny, tmp_path, capsys):
     from tests.train.helpers import recipe_yaml, tiny_recipe, write_chat_jsonl
 

@@ -71,11 +71,13 @@ def shipped_config_path(name: str) -> Path:
 
 
 def model_config(name_or_path: str):
-    """A transformers config: local folder, committed testbed, shipped copy, or the hub."""
+    """A transformers config: local folder, committed testbed, a fetchable target (its
+    folder once fetched, else its hub model's), shipped copy, or the hub."""
     from transformers import AutoConfig
 
     if name_or_path == COMMITTED_TARGET:
         return AutoConfig.from_pretrained(target_path(TargetSpec(path=name_or_path)))
+    name_or_path = _fetched_or_hub_id(name_or_path)
     if Path(name_or_path).is_dir():
         return AutoConfig.from_pretrained(name_or_path)
     shipped = shipped_config_path(name_or_path)
@@ -85,6 +87,18 @@ def model_config(name_or_path: str):
         data = json.loads(shipped.read_text())
         return AutoConfig.for_model(data.pop("model_type"), **data)
     return AutoConfig.from_pretrained(name_or_path)
+
+
+def _fetched_or_hub_id(name: str) -> str:
+    """A fetchable target's folder once `draftzoo target get` made it, else the hub id of the
+    same model (whose config draftzoo ships); any other name as it is."""
+    from ..architectures.defaults import fetched_target_dir
+    from ..architectures.packaged_targets import PACKAGED_TARGETS
+
+    if name not in PACKAGED_TARGETS:
+        return name
+    folder = fetched_target_dir(name)
+    return str(folder) if folder is not None else PACKAGED_TARGETS[name].hub_id
 
 
 def meta_target(target_config, max_length: int):
