@@ -106,10 +106,31 @@ def _proposal(args: argparse.Namespace) -> str:
     return "tree" if args.tree else "chain"
 
 
-def _suffix_settings(args: argparse.Namespace):
+def _suffix_settings(args: argparse.Namespace, tree: bool = False):
     from draftzoo.inference.suffix import SuffixSettings
 
-    return SuffixSettings(depth=args.suffix_depth, max_draft=args.suffix_max_draft)
+    return SuffixSettings(
+        depth=args.suffix_depth,
+        max_draft=args.suffix_max_draft,
+        tree=tree,
+        cache_path=getattr(args, "suffix_cache", None),
+    )
+
+
+def _generate_suffix(args: argparse.Namespace):
+    """The suffix settings `generate` asks for: suffix decoding's, a hybrid's (trees of
+    continuations), or None."""
+    if args.suffix_cache and not (args.suffix or args.hybrid):
+        raise ConfigError(
+            "--suffix-cache keeps suffix decoding's global cache: use it with --suffix or --hybrid"
+        )
+    if args.suffix_cache:  # refused before any model is loaded
+        from draftzoo.inference.suffix_store import check_cache_path
+
+        check_cache_path(Path(args.suffix_cache))
+    if args.suffix:
+        return _suffix_settings(args)
+    return _suffix_settings(args, tree=True) if args.hybrid else None
 
 
 def _generate(args: argparse.Namespace) -> int:
@@ -137,7 +158,7 @@ def _generate(args: argparse.Namespace) -> int:
         drafter=args.drafter,
         draft_model=args.draft,
         prompt_lookup=(args.min_ngram, args.max_ngram) if args.prompt_lookup else None,
-        suffix=_suffix_settings(args) if args.suffix else None,
+        suffix=_generate_suffix(args),
         proposal=_proposal(args),
         num_speculative_tokens=args.num_speculative_tokens,
         tree=TreeSettings(**tree_options) if tree_options else None,

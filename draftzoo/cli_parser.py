@@ -208,6 +208,12 @@ def build_parser(handlers: Mapping[str, Callable]) -> argparse.ArgumentParser:
     gen.add_argument(
         "--suffix-max-draft", type=int, default=16, help="suffix decoding: most tokens a round"
     )
+    gen.add_argument(
+        "--suffix-cache",
+        metavar="FILE",
+        help="suffix decoding / --hybrid: keep the global cache of earlier outputs in FILE "
+        "(read at start, rewritten after the request)",
+    )
     gen.add_argument("--prompt", required=True, help="the prompt text")
     gen.add_argument(
         "--num-speculative-tokens",

@@ -32,6 +32,7 @@ from .hybrid import HybridProposer, HybridSettings
 from .medusa import MedusaTree
 from .proposers import PromptLookupProposer, Proposer, ProposerError
 from .suffix import SuffixCache, SuffixProposer, SuffixSettings
+from .suffix_store import global_cache
 from .tree import TreeSettings
 
 #: `load(num_speculative_tokens=AS_PUBLISHED)`: the length the drafter's zoo entry serves with
@@ -92,6 +93,7 @@ def load_drafter(
     tree: TreeSettings | MedusaTree | dict | None = None,
     cache: CacheSettings = GROWING,
     record: dict[str, Any] | None = None,
+    suffix: SuffixSettings | None = None,
 ) -> DrafterRuntime:
     """A drafter folder loaded for `target` (a transformers causal LM), fingerprint-checked.
 
@@ -101,7 +103,9 @@ def load_drafter(
     none is given; a zoo entry's published settings as a dict); a tree's depth then sets the
     speculation length unless that is None (adaptive). A family that adapts the target
     (Medusa-2) changes `target` in place. `cache`: how the proposers keep their caches
-    (`CacheSettings`). `record`: the drafter's record when the caller has read it already."""
+    (`CacheSettings`). `record`: the drafter's record when the caller has read it already.
+    `suffix`: a hybrid's suffix decoding settings (default: trees of continuations, the global
+    cache in memory)."""
     folder = Path(folder)
     record = read_drafter_record(folder) if record is None else record
     try:
@@ -129,8 +133,9 @@ def load_drafter(
     if request.proposal == "tree" and num_speculative_tokens is not None:
         num_speculative_tokens = loaded.tree.depth
     if hybrid:
+        settings = HybridSettings() if suffix is None else HybridSettings(suffix=suffix)
         return hybrid_runtime(
-            folder, record, loaded, num_speculative_tokens, proposal, HybridSettings()
+            folder, record, loaded, num_speculative_tokens, proposal, settings, tokenizer
         )
     return DrafterRuntime(
         folder,
@@ -173,10 +178,12 @@ def hybrid_runtime(
     num_speculative_tokens: int | None,
     proposal: str,
     settings: HybridSettings,
+    tokenizer=None,
 ) -> DrafterRuntime:
     """A loaded drafter whose every request's proposer is a `HybridProposer` over it, all
-    sharing one global suffix cache (emptied before each measured pass)."""
-    cache = SuffixCache(settings.suffix.depth, settings.suffix.max_global_tokens)
+    sharing one global suffix cache (emptied before each measured pass; kept in a file when
+    the settings name one, which needs the target's `tokenizer`)."""
+    cache = global_cache(settings.suffix, tokenizer)
 
     def make() -> Proposer:
         return HybridProposer(loaded.make_proposer(), settings, cache)
@@ -203,11 +210,12 @@ def suffix_runtime(
     num_speculative_tokens: int | None = NUM_SPECULATIVE_TOKENS,
     settings: SuffixSettings | None = None,
     cache: SuffixCache | None = None,
+    tokenizer=None,
 ) -> DrafterRuntime:
     """Suffix decoding (no weights) as a runtime `draftzoo.eval` can measure; every request's
-    proposer shares the global `cache` (a new one when none is given)."""
+    proposer shares the global `cache` (by default the one the settings describe)."""
     settings = settings or SuffixSettings()
-    cache = cache if cache is not None else SuffixCache(settings.depth, settings.max_global_tokens)
+    cache = cache if cache is not None else global_cache(settings, tokenizer)
 
     def make() -> Proposer:
         return SuffixProposer(settings, cache)
@@ -238,6 +246,7 @@ def load(
     device=None,
     zoos: list[Path] | None = None,
     cache: CacheSettings = GROWING,
+    suffix: SuffixSettings | None = None,
 ) -> SpeculativeGenerator:
     """A `SpeculativeGenerator` for a published drafter (zoo name) or a drafter folder.
 
@@ -249,7 +258,9 @@ def load(
     and draft/verify cost (`AdaptiveLength`).
     `cache`: how the target's and the drafter's KV caches are kept, e.g.
     `CacheSettings(static=True, max_length=4096)`: buffers allocated once, whose decode
-    forwards replay as CUDA graphs on a GPU.
+    forwards replay as CUDA graphs on a GPU. `suffix`: the hybrid proposals' suffix decoding,
+    e.g. `SuffixSettings(tree=True, cache_path="suffix-cache.json")` to keep what earlier
+    processes generated.
     """
     folder, entry = resolve_drafter(name_or_path, zoos)
     record = read_drafter_record(folder)
@@ -272,6 +283,7 @@ def load(
         tree if tree is not None else serving.get("tree"),
         cache,
         record,
+        suffix,
     )
     generator = SpeculativeGenerator(
         target,
@@ -311,8 +323,8 @@ def build_generator(
 ) -> SpeculativeGenerator:
     """The generator `draftzoo generate` runs: a draftzoo `drafter` (folder or zoo name; its
     own target by default), a plain `draft_model` (any causal LM on the target's tokenizer),
-    `prompt_lookup` n-grams (min, max), `suffix` decoding, or target-only decoding when none
-    is given.
+    `prompt_lookup` n-grams (min, max), `suffix` decoding (beside a drafter: the hybrid's
+    suffix settings), or target-only decoding when none is given.
     `num_speculative_tokens=None`: adaptive. `tree`: None serves a published drafter's tree."""
     from transformers import AutoTokenizer
 
@@ -321,6 +333,8 @@ def build_generator(
     from .proposers import DraftModelProposer
 
     if drafter is not None:
+        if suffix is not None and proposal not in HYBRIDS:
+            raise ProposerError("suffix settings beside a drafter are a hybrid's (--hybrid)")
         return load(
             drafter,
             target,
@@ -329,6 +343,7 @@ def build_generator(
             tree=tree,
             device=device,
             cache=cache,
+            suffix=suffix,
         )
     if proposal != "chain":
         raise ProposerError("trees need a drafter that drafts them (--drafter)")
@@ -337,7 +352,7 @@ def build_generator(
     if prompt_lookup is not None:
         proposer = PromptLookupProposer(*prompt_lookup)
     elif suffix is not None:
-        proposer = SuffixProposer(suffix, SuffixCache(suffix.depth, suffix.max_global_tokens))
+        proposer = SuffixProposer(suffix, global_cache(suffix, tokenizer))
     elif draft_model is not None:
         location = target_location(draft_model)
         draft = load_causal_lm(location, dtype=torch.float32).to(model.device)

@@ -54,6 +54,8 @@ class SuffixSettings:
     #: the global cache's budget of earlier outputs' tokens (about 6 KiB each at depth 32:
     #: bench/results/cpu-2026-12-03-suffix-cost)
     max_global_tokens: int = 100_000
+    #: a file that keeps the global cache across processes (`suffix_store`); None: memory only
+    cache_path: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("depth", "max_draft", "max_global_tokens"):

@@ -109,6 +109,35 @@ def test_hybrid_chains_serve_any_family_and_hybrid_trees_need_a_tree_family(
     )
 
 
+def test_a_hybrid_keeps_its_global_cache_in_a_file_across_processes(
+    tiny_drafters, testbed_tiny, tmp_path, capsys
+):
+    """`generate --hybrid --suffix-cache FILE`: each run is a new process's generator; the
+    second run of a prompt starts from the first's output."""
+    import json
+
+    from draftzoo.cli import main
+
+    cache = tmp_path / "suffix.json"
+    args = ["generate", "--target", str(testbed_tiny[0]), "--drafter"]
+    args += [str(tiny_drafters["draft_lm"]), "--hybrid", "--suffix-cache", str(cache)]
+    args += ["--prompt", PROMPTS[0], "--max-new-tokens", "24"]
+    assert main(args) == 0
+    first = capsys.readouterr().out
+    held = json.loads(cache.read_text())["outputs"]
+    assert len(held) == 1 and len(held[0]) > 0
+    assert main(args) == 0
+    second = capsys.readouterr().out
+    assert second.split("--- finish")[0] == first.split("--- finish")[0]  # the same text
+    assert len(json.loads(cache.read_text())["outputs"]) == 2
+
+    def forwards(out: str) -> int:
+        line = next(x for x in out.splitlines() if "num_target_forwards" in x)
+        return int(line.split(":")[-1])
+
+    assert forwards(second) < forwards(first)  # drafted from the first run's output
+
+
 def test_bad_hybrid_settings_are_refused():
     from draftzoo.inference.errors import GenerationError
 
