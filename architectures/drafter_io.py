@@ -10,15 +10,23 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 from pathlib import Path
 from typing import Any
 
 from .errors import DraftzooError
+from .output_folders import (  # noqa: F401  (the folder rule's names, re-exported)
+    RECORD_FILE,
+    OutputDirError,
+    check_replaceable,
+    interrupted_swap,
+    is_marked_export,
+    output_path,
+    replace_dir,
+    scratch_dir,
+)
 from .target import TargetFingerprint
 
-RECORD_FILE = "draftzoo.json"
 WEIGHTS_FILE = "model.safetensors"
 RECORD_VERSION = 1
 #: the files that define a drafter; its checkpoint hash covers exactly these
@@ -40,14 +48,12 @@ def save_drafter(
     tokenizer=None,
     extra: dict[str, Any] | None = None,
     state_dict: dict[str, Any] | None = None,
+    inputs: tuple[Path | str, ...] = (),
 ) -> Path:
-    """Write the drafter alone (weights + config + record) to `output_dir`, atomically."""
+    """Write the drafter alone (weights + config + record) to `output_dir`, atomically
+    (`inputs`: what the run read, which the output may not replace)."""
     output_dir = output_path(output_dir)
-    tmp = output_dir.with_name(output_dir.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp, safe_serialization=True, state_dict=state_dict)
-    if tokenizer is not None:
-        tokenizer.save_pretrained(tmp)
+    check_replaceable(output_dir, inputs)  # before anything is written
     record = {
         "version": RECORD_VERSION,
         "family": family,
@@ -58,60 +64,16 @@ def save_drafter(
         "data_hash": data_hash,
         **(extra or {}),
     }
-    (tmp / RECORD_FILE).write_text(json.dumps(record, indent=1))
-    return replace_dir(tmp, output_dir)
-
-
-class OutputDirError(DraftzooError, ValueError):
-    """An output folder that holds files draftzoo did not write (it would be replaced whole)."""
-
-
-def output_path(output_dir: Path | str) -> Path:
-    """The folder a command writes, as given; `.`, `..` and the like resolved to their name."""
-    output_dir = Path(output_dir)
-    return output_dir.resolve() if output_dir.name in ("", ".", "..") else output_dir
-
-
-def check_replaceable(output_dir: Path) -> None:
-    """An output folder draftzoo may replace whole: absent, empty, or one it wrote (a drafter
-    with its `draftzoo.json`, or an export whose `config.json` carries a `draftzoo` entry)."""
-    output_dir = Path(output_dir)
-    if not output_dir.exists():
-        return
-    if not output_dir.is_dir():
-        raise OutputDirError(f"{output_dir} is a file; name a folder to write into")
-    if not any(output_dir.iterdir()) or (output_dir / RECORD_FILE).is_file():
-        return
-    if not is_marked_export(output_dir):
-        raise OutputDirError(
-            f"{output_dir} already holds files draftzoo did not write, and the output folder is "
-            "replaced whole; name a new folder"
-        )
-
-
-def is_marked_export(folder: Path) -> bool:
-    """Whether `folder` holds an export draftzoo wrote: a `config.json` with a `draftzoo`
-    entry (every exporter writes one)."""
+    tmp = scratch_dir(output_dir, "tmp")
     try:
-        config = json.loads((Path(folder) / "config.json").read_text())
-    except (OSError, ValueError):
-        return False
-    return isinstance(config, dict) and "draftzoo" in config
-
-
-def replace_dir(tmp: Path, output_dir: Path) -> Path:
-    """Move the finished folder `tmp` to `output_dir`, replacing any old one whole (only one
-    that `check_replaceable` allows)."""
-    check_replaceable(output_dir)
-    if output_dir.exists():
-        old = output_dir.with_name(output_dir.name + ".old")
-        shutil.rmtree(old, ignore_errors=True)
-        os.replace(output_dir, old)
-        os.replace(tmp, output_dir)
-        shutil.rmtree(old)
-    else:
-        os.replace(tmp, output_dir)
-    return output_dir
+        model.save_pretrained(tmp, safe_serialization=True, state_dict=state_dict)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(tmp)
+        (tmp / RECORD_FILE).write_text(json.dumps(record, indent=1))
+        return replace_dir(tmp, output_dir, inputs)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)  # the scratch folder is this call's own
+        raise
 
 
 def write_drafter_files(path: Path, config: dict[str, Any], tensors: dict) -> None:
@@ -143,9 +105,12 @@ def read_drafter_record(path: Path) -> dict[str, Any]:
     if not file.is_file():
         raise DrafterError(f"{path} is not a draftzoo drafter (no {RECORD_FILE})")
     try:
-        return json.loads(file.read_text())
-    except json.JSONDecodeError as err:
+        record = json.loads(file.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise DrafterError(f"{file} is not valid JSON: {err}") from err
+    if not isinstance(record, dict) or not isinstance(record.get("family"), str):
+        raise DrafterError(f"{file} is not a drafter record (a JSON object naming its family)")
+    return record
 
 
 def check_drafter_target(

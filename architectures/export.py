@@ -57,6 +57,7 @@ from .drafter_io import (
     read_drafter_record,
     read_drafter_weights,
     replace_dir,
+    scratch_dir,
 )
 from .errors import ExportError
 
@@ -232,7 +233,7 @@ def export_drafter(
     from .families import family_spec
 
     path, output_dir = Path(path), output_path(output_dir)
-    check_replaceable(output_dir)  # before any work
+    check_replaceable(output_dir, inputs=(path,))  # before any work
     record = read_drafter_record(path)
     spec = family_spec(record["family"])
     exporter = spec.exporter(fmt)
@@ -240,9 +241,7 @@ def export_drafter(
     embed = _embedding_asked(spec, fmt, embed_tokens)
     if not target and (spec.export_needs_target or embed):
         raise ExportError(f"{path}: the drafter's record names no target; name it (--target)")
-    tmp = output_dir.with_name(output_dir.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
+    tmp = scratch_dir(output_dir, "tmp")
     export = Export(
         source=path,
         folder=tmp,
@@ -261,10 +260,10 @@ def export_drafter(
                 shutil.copy2(path / name, tmp / name)
         exporter(export)
         _check_marked(tmp, spec.name, fmt)
+        return replace_dir(tmp, output_dir, inputs=(path,))
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)  # a refused or failed export leaves nothing
         raise
-    return replace_dir(tmp, output_dir)
 
 
 def export_for_target(

@@ -18,6 +18,7 @@ import difflib
 import fcntl
 import json
 import os
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -53,6 +54,8 @@ class ZooIndex:
 
     def entries(self) -> dict[str, dict[str, Any]]:
         """name -> entry; an absent index is an empty zoo."""
+        if self.file.is_symlink():
+            raise ZooError(f"{self.file} is a symbolic link; a zoo index is a regular file")
         if not self.file.is_file():
             return {}
         try:
@@ -65,33 +68,45 @@ class ZooIndex:
 
     def folder(self, name: str) -> Path:
         """Where entry `name`'s files are. A publish killed between moving the old folder to
-        `<name>.old` and renaming the new one into place leaves the old entry whole there, and
-        the index (written last) still describes it."""
+        its `old` scratch folder and renaming the new one into place leaves the old entry whole
+        there, and the index (written last) still describes it."""
+        from .output_folders import interrupted_swap
+
         entries = self.entries()
-        folder = (self.root / entries[name]["files"]).resolve()
-        interrupted = folder.with_name(folder.name + ".old")
-        if not folder.exists() and interrupted.is_dir() and interrupted.name not in entries:
-            return interrupted
-        return folder
+        files = entries[name].get("files") if isinstance(entries[name], dict) else None
+        folder = (self.root / str(files)).resolve()
+        if not isinstance(files, str) or folder.parent != self.root.resolve():
+            raise ZooError(
+                f"{self.file}: entry {name!r} names files {files!r}, not a folder of the zoo"
+            )
+        return interrupted_swap(folder) or folder
 
     @contextmanager
     def locked(self) -> Iterator[dict[str, dict[str, Any]]]:
         """Hold the zoo's lock; yields the entries, written back (atomically) on success."""
         self.root.mkdir(parents=True, exist_ok=True)
-        with (self.root / ".lock").open("w") as lock:
+        try:  # never through a symbolic link, and never truncating what is there
+            fd = os.open(self.root / ".lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        except OSError as err:
+            raise ZooError(f"{self.root / '.lock'} cannot be the zoo's lock: {err}") from err
+        with os.fdopen(fd, "r+") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             entries = self.entries()
             yield entries
             self._write(entries)
 
     def _write(self, entries: dict[str, dict[str, Any]]) -> None:
-        tmp = self.file.with_name(INDEX_FILE + ".tmp")
         payload = {"version": INDEX_VERSION, "drafters": dict(sorted(entries.items()))}
-        with tmp.open("w") as handle:
-            handle.write(json.dumps(payload, indent=1) + "\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, self.file)
+        fd, tmp = tempfile.mkstemp(prefix=f".{INDEX_FILE}.", dir=self.root)
+        try:
+            with os.fdopen(fd, "w") as handle:
+                handle.write(json.dumps(payload, indent=1) + "\n")
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(tmp, self.file)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
 
 
 def close_names(name: str, names: list[str]) -> list[str]:

@@ -26,8 +26,10 @@ from ..architectures.drafter_io import (
     DrafterError,
     checkpoint_hash,
     defining_files,
+    interrupted_swap,
     read_drafter_record,
     replace_dir,
+    scratch_dir,
 )
 from ..architectures.errors import DraftzooError
 from ..architectures.export import TOKENIZER_FILES
@@ -115,6 +117,7 @@ def publish(
     except DrafterError as err:
         raise PublishError(str(err)) from err
     check_weights(folder)
+    _refuse_links(folder)
     report = _report_of(folder, digest, report_path)
     name = name or str(record.get("recipe", {}).get("name") or folder.name)
     if not ZOO_NAME.fullmatch(name):
@@ -127,15 +130,14 @@ def publish(
         if name in entries and not overwrite:
             raise PublishError(f"{name!r} is already in the zoo {zoo}; pass --overwrite to replace")
         target = zoo / name
-        interrupted = zoo / f"{name}.old"
-        if interrupted.is_dir() and not target.exists() and interrupted.name not in entries:
+        interrupted = interrupted_swap(target)
+        if interrupted is not None:
             # an earlier publish died between its two renames: put the old entry back first
             os.replace(interrupted, target)
-        tmp = zoo / f".{name}.tmp"
-        shutil.rmtree(tmp, ignore_errors=True)
+        tmp = scratch_dir(target, "tmp")
         try:
             _build_folder(folder, tmp, name, record, report, report_path)
-            replace_dir(tmp, target)
+            replace_dir(tmp, target, zoo_managed=True)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         entries[name] = {
@@ -151,6 +153,17 @@ def publish(
             "published": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         }
     return target
+
+
+def _refuse_links(folder: Path) -> None:
+    """A drafter file that is a symbolic link would be copied from wherever it points (and
+    pushed with the zoo): publish takes regular files only."""
+    for name in (*defining_files(folder), *TOKENIZER_FILES):
+        path = folder / name
+        if path.is_symlink() or (path.parent != folder and path.parent.is_symlink()):
+            raise PublishError(
+                f"{path} is a symbolic link; publish copies a drafter's own regular files only"
+            )
 
 
 def _report_of(folder: Path, digest: str, report_path: Path | None) -> dict:
@@ -173,7 +186,7 @@ def _report_of(folder: Path, digest: str, report_path: Path | None) -> dict:
 
 
 def _build_folder(source, tmp, name, record, report, report_path) -> None:
-    tmp.mkdir(parents=True)
+    tmp.mkdir(parents=True, exist_ok=True)
     for file in (*defining_files(source), *TOKENIZER_FILES):
         if (source / file).is_file():
             (tmp / file).parent.mkdir(parents=True, exist_ok=True)

@@ -249,9 +249,15 @@ def test_publish_killed_anywhere_leaves_the_zoo_whole(publishable, tmp_path):
     args = ["publish", str(folder), "--report", str(report), "--zoo", str(zoo)]
     args += ["--name", "entry", "--overwrite"]
     _finish(args)
-    building = zoo / ".entry.tmp"
+
+    seen: set[str] = set()  # each publish builds its entry in a new scratch folder
+
+    def building() -> int:
+        seen.update(p.name for p in zoo.glob(".entry.tmp-*"))
+        return len(seen)
+
     for _, after in _draws("publish", 3, 1):
-        if _kill_when(args, building.exists, 1, after):
+        if _kill_when(args, building, 1, after):
             now = ZooIndex(zoo).entries()  # parses: never half an index
             assert {k: now[k] for k in kept} == {k: entries[k] for k in kept}
             for name, files in kept.items():
@@ -265,6 +271,14 @@ def test_publish_killed_anywhere_leaves_the_zoo_whole(publishable, tmp_path):
     assert KILLS["publish"], "no kill landed before the end"
     _finish(args)
     assert "entry" in ZooIndex(zoo).entries()
+    # what killed publishes left is gone: the next publish deletes dead processes' scratch
+    assert sorted(p.name for p in zoo.iterdir()) == [
+        ".lock",
+        "entry",
+        "index.json",
+        "keep-a",
+        "keep-b",
+    ]
 
 
 def test_two_publishes_at_once_both_land(publishable, tmp_path):

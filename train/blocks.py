@@ -40,7 +40,7 @@ from .data_order import data_passes, step_rows
 from .distributed import check_replicas, make_accelerator, uses_deepspeed, whole_weights
 from .optim import adamw
 from .schedules import lr_lambda
-from .setup import load_target, prepare_dataset, resolve_dirs, work_dir_of
+from .setup import load_target, prepare_dataset, recipe_inputs, resolve_dirs, work_dir_of
 from .trackers import prepare_trackers
 
 logger = logging.getLogger(__name__)
@@ -120,7 +120,8 @@ class Outcome:
 def start_run(recipe) -> Run:
     """Folders, the accelerator (precision, trackers), the seed, the frozen target, the
     tokenized data and its target-state source (online forward or offline shards)."""
-    check_replaceable(output_path(recipe.output_dir))  # refused now, not after the last step
+    # refused now, not after the last step
+    check_replaceable(output_path(recipe.output_dir), recipe_inputs(recipe))
     fresh = not work_dir_of(recipe).exists()
     output_dir, work_dir, cache_dir = resolve_dirs(recipe)
     try:
@@ -397,6 +398,7 @@ def export_drafter(
             layers=layers,
             tokenizer=run.target.tokenizer,
             extra={"training": record},
+            inputs=recipe_inputs(run.recipe),
         )
     accelerator.end_training()
     # drop the prepared (DDP-wrapped) model and optimizer: the wrapper holds the process group,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from pathlib import Path
 
@@ -35,6 +36,19 @@ def resolve_dirs(recipe) -> tuple[Path, Path, Path]:
     work_dir = work_dir_of(recipe)
     work_dir.mkdir(parents=True, exist_ok=True)
     return Path(recipe.output_dir), work_dir, cache_dir_of(recipe)
+
+
+def recipe_inputs(recipe) -> tuple[str, ...]:
+    """What a run reads from disk, which its output folder may not replace: the target's
+    folder, the data file, and the checkpoints it starts from (`init_heads`, `init_from`)."""
+    from ..architectures.target import TargetError
+
+    found = [recipe.data.source, getattr(recipe, "init_heads", None)]
+    with contextlib.suppress(TargetError):  # an unfetched target: the run refuses it itself
+        found.append(target_path(recipe.target))
+    for section in vars(recipe).values():
+        found.append(getattr(section, "init_from", None))
+    return tuple(str(p) for p in found if isinstance(p, str) and Path(p).expanduser().exists())
 
 
 def target_path(spec: TargetSpec) -> str:

@@ -165,20 +165,22 @@ def test_load_refuses_another_target(measured, tmp_path):
 
 
 def test_a_publish_killed_between_its_two_renames_keeps_the_old_entry(measured, tmp_path):
-    """`--overwrite` moves the old folder to `<name>.old`, then renames the new one in; a kill
-    between the two leaves the old entry whole under `.old`: it is found there, and the next
-    publish puts it back before replacing it."""
+    """`--overwrite` moves the old folder to an `old` scratch folder (`.<name>.old-XXXXXXXX`),
+    then renames the new one in; a kill between the two leaves the old entry whole there: it is
+    found there, and the next publish puts it back before replacing it."""
     folder, report = measured["eagle3"]
     zoo = tmp_path / "zoo"
     publish(folder, report, zoo, "entry")
     files = sorted(p.name for p in (zoo / "entry").iterdir())
-    shutil.move(zoo / "entry", zoo / "entry.old")  # what the kill leaves
+    left = zoo / ".entry.old-k1ll3d00"
+    shutil.move(zoo / "entry", left)  # what the kill leaves
     index = ZooIndex(zoo)
-    assert index.folder("entry") == (zoo / "entry.old").resolve()
+    assert index.folder("entry") == left.resolve()
     assert sorted(p.name for p in index.folder("entry").iterdir()) == files
     publish(folder, report, zoo, "entry", overwrite=True)
     assert index.folder("entry") == (zoo / "entry").resolve()
-    assert not (zoo / "entry.old").exists()
+    assert not left.exists()
+    assert sorted(p.name for p in zoo.iterdir()) == [".lock", "entry", "index.json"]
 
 
 def test_an_entry_named_like_a_leftover_is_never_taken_for_one(measured, tmp_path):
@@ -191,3 +193,43 @@ def test_an_entry_named_like_a_leftover_is_never_taken_for_one(measured, tmp_pat
     assert ZooIndex(zoo).folder("a") == (zoo / "a").resolve()  # missing, not a.old's
     publish(folder, report, zoo, "a", overwrite=True)
     assert {p.name: p.read_bytes() for p in (zoo / "a.old").iterdir() if p.is_file()} == kept
+    publish(folder, report, zoo, "a", overwrite=True)  # now over an existing "a"
+    assert {p.name: p.read_bytes() for p in (zoo / "a.old").iterdir() if p.is_file()} == kept
+    assert set(ZooIndex(zoo).entries()) == {"a", "a.old"}
+
+
+def test_no_symbolic_link_is_followed_out_of_a_zoo(measured, tmp_path):
+    """A `.lock` or `index.json` that is a link, a drafter file that is a link to a secret, and
+    an entry whose files lie outside the zoo: refused, the linked files untouched."""
+    import json
+    import os
+
+    from draftzoo.architectures.zoo_index import ZooError
+    from draftzoo.eval.publish import PublishError
+
+    folder, report = measured["eagle3"]
+    secret = tmp_path / "secret.txt"
+    secret.write_text("keep me")
+    zoo = tmp_path / "zoo"
+    zoo.mkdir()
+    os.symlink(secret, zoo / ".lock")
+    with pytest.raises(ZooError, match="cannot be the zoo's lock"):
+        publish(folder, report, zoo, "entry")
+    (zoo / ".lock").unlink()
+    os.symlink(secret, zoo / "index.json")
+    with pytest.raises(ZooError, match="symbolic link"):
+        publish(folder, report, zoo, "entry")
+    (zoo / "index.json").unlink()
+    linked = tmp_path / "linked"
+    shutil.copytree(folder, linked)
+    (linked / "tokenizer.json").unlink(missing_ok=True)
+    os.symlink(secret, linked / "tokenizer.json")
+    with pytest.raises(PublishError, match="symbolic link"):
+        publish(linked, report, zoo, "entry")
+    assert secret.read_text() == "keep me"
+    publish(folder, report, zoo, "entry")
+    index = json.loads((zoo / "index.json").read_text())
+    index["drafters"]["entry"]["files"] = "../linked"
+    (zoo / "index.json").write_text(json.dumps(index))
+    with pytest.raises(ZooError, match="not a folder of the zoo"):
+        ZooIndex(zoo).folder("entry")

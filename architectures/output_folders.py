@@ -1,0 +1,179 @@
+"""The one rule for folders draftzoo writes whole (drafters, exports, zoo entries).
+
+draftzoo writes and deletes only inside the folder the user named and in scratch folders it
+creates itself beside it; it replaces an existing output folder only when the folder's content
+says draftzoo wrote it (a drafter's `draftzoo.json`, an export's marked `config.json`, or
+nothing at all), never when it is a symbolic link, an input of the same command (the drafter
+being exported, the heads a run starts from, the target, or a folder holding one) or a folder
+a zoo index lists.
+
+Scratch folders have fresh names (`.<name>.tmp-XXXXXXXX`, `.<name>.old-XXXXXXXX`, made by
+`tempfile.mkdtemp`), so no folder of the user's is ever taken for one: a user's `OUT.tmp` or
+`OUT.old` beside an output is never touched. A `tmp` folder a killed process left is deleted by
+the next write beside it only when its mark names a process that no longer exists. A
+replacement moves the old folder to an `old` scratch folder, renames the new one in and deletes
+the old; a kill between the two renames leaves the old folder whole under its scratch name,
+where `interrupted_swap` finds it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+
+from .errors import DraftzooError
+
+#: a drafter folder's record, and the zoo's index (their content marks what draftzoo wrote)
+RECORD_FILE = "draftzoo.json"
+INDEX_FILE = "index.json"
+
+
+class OutputDirError(DraftzooError, ValueError):
+    """An output folder draftzoo may not replace."""
+
+
+def output_path(output_dir: Path | str) -> Path:
+    """The folder a command writes, as given; `.`, `..` and the like resolved to their name."""
+    output_dir = Path(output_dir)
+    return output_dir.resolve() if output_dir.name in ("", ".", "..") else output_dir
+
+
+#: the file inside a `tmp` scratch folder that says which process is building it
+SCRATCH_MARK = ".draftzoo-scratch"
+
+
+def scratch_dir(beside: Path, kind: str) -> Path:
+    """A new folder next to `beside` (same filesystem, so renames are atomic) with a name no
+    other folder has: `.<name>.<kind>-XXXXXXXX`. A `tmp` folder holds `SCRATCH_MARK` (this
+    process's id) until `replace_dir` moves it into place; an `old` one is left empty, for the
+    old output to be renamed onto."""
+    beside = Path(beside)
+    beside.parent.mkdir(parents=True, exist_ok=True)
+    clean_stale_scratch(beside)
+    path = Path(tempfile.mkdtemp(prefix=f".{beside.name}.{kind}-", dir=beside.parent))
+    if kind == "tmp":
+        (path / SCRATCH_MARK).write_text(json.dumps({"pid": os.getpid()}))
+    return path
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # exists, owned by another user
+    return True
+
+
+def clean_stale_scratch(beside: Path) -> None:
+    """Delete the `tmp` scratch folders of `beside` that killed processes left: those whose
+    mark names a process that is gone (a folder without the mark is not ours to delete)."""
+    for path in Path(beside).parent.glob(f".{Path(beside).name}.tmp-*"):
+        mark = path / SCRATCH_MARK
+        if path.is_symlink() or not mark.is_file() or mark.is_symlink():
+            continue
+        try:
+            pid = int(json.loads(mark.read_text())["pid"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if pid != os.getpid() and not _alive(pid):
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _holds(output: Path, source: Path) -> bool:
+    """Whether replacing `output` whole would replace `source`: it is, or holds, it."""
+    output, source = output.resolve(), source.resolve()
+    return output == source or output in source.parents
+
+
+def zoo_entry_at(folder: Path) -> str | None:
+    """The name of the zoo entry whose files are `folder` (its parent's index lists it)."""
+    folder = Path(folder).resolve()
+    try:
+        entries = json.loads((folder.parent / INDEX_FILE).read_text())["drafters"]
+        for name, entry in entries.items():
+            if (folder.parent / str(entry["files"])).resolve() == folder:
+                return str(name)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    return None
+
+
+def is_marked_export(folder: Path) -> bool:
+    """Whether `folder` holds an export draftzoo wrote: a `config.json` with a `draftzoo`
+    entry (every exporter writes one)."""
+    try:
+        config = json.loads((Path(folder) / "config.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(config, dict) and "draftzoo" in config
+
+
+def check_replaceable(
+    output_dir: Path, inputs: Iterable[Path | str] = (), zoo_managed: bool = False
+) -> None:
+    """Refuse an output folder draftzoo may not replace whole (see the module's rule).
+    `inputs`: the folders and files the command reads; `zoo_managed`: the caller is `publish`,
+    which replaces its own entries under the zoo's lock."""
+    output_dir = Path(output_dir)
+    for source in inputs:
+        if source and Path(source).exists() and _holds(output_dir, Path(source)):
+            raise OutputDirError(
+                f"{output_dir} is or holds {source}, which this command reads; name another "
+                "output folder"
+            )
+    if output_dir.is_symlink():
+        raise OutputDirError(f"{output_dir} is a symbolic link; name a real folder to write into")
+    if not output_dir.exists():
+        return
+    if not output_dir.is_dir():
+        raise OutputDirError(f"{output_dir} is a file; name a folder to write into")
+    entry = None if zoo_managed else zoo_entry_at(output_dir)
+    if entry is not None:
+        raise OutputDirError(
+            f"{output_dir} is the zoo entry {entry!r}; `draftzoo publish --overwrite` replaces "
+            "zoo entries (name another output folder)"
+        )
+    if not any(output_dir.iterdir()) or (output_dir / RECORD_FILE).is_file():
+        return
+    if not is_marked_export(output_dir):
+        raise OutputDirError(
+            f"{output_dir} already holds files draftzoo did not write, and the output folder is "
+            "replaced whole; name a new folder"
+        )
+
+
+def replace_dir(
+    tmp: Path, output_dir: Path, inputs: Iterable[Path | str] = (), zoo_managed: bool = False
+) -> Path:
+    """Move the finished folder `tmp` to `output_dir`, replacing any old one whole (only one
+    that `check_replaceable` allows)."""
+    check_replaceable(output_dir, inputs, zoo_managed)
+    (Path(tmp) / SCRATCH_MARK).unlink(missing_ok=True)
+    if output_dir.exists():
+        old = scratch_dir(output_dir, "old")
+        os.replace(output_dir, old)  # onto the empty scratch folder
+        os.replace(tmp, output_dir)
+        shutil.rmtree(old)
+    else:
+        os.replace(tmp, output_dir)
+    return output_dir
+
+
+def interrupted_swap(folder: Path) -> Path | None:
+    """The old folder a replacement of `folder` killed between its two renames left in an
+    `old` scratch folder (a drafter with its record), when `folder` itself is missing."""
+    folder = Path(folder)
+    if folder.exists() or not folder.parent.is_dir():
+        return None
+    left = [
+        path
+        for path in folder.parent.glob(f".{folder.name}.old-*")
+        if path.is_dir() and not path.is_symlink() and (path / RECORD_FILE).is_file()
+    ]
+    return max(left, key=lambda path: path.stat().st_mtime) if left else None
