@@ -572,6 +572,11 @@ def load_eagle(
             f"{path}: weights do not match an {fields['eagle_kind']} drafter "
             f"(missing {missing}, unexpected {result.unexpected_keys})"
         )
+    if drafter.kind == "eagle3":
+        ids = drafter.d2t + torch.arange(len(drafter.d2t))
+        vocab = target.lm_head.weight.shape[0]
+        if len(ids) and (int(ids.min()) < 0 or int(ids.max()) >= vocab):
+            raise DrafterError(f"{path}: d2t maps draft ids outside the vocabulary of {vocab}")
     drafter = drafter.to(dtype=dtype, device=target.lm_head.weight.device).eval()
     drafter.attach_target(target.embed_tokens, target.lm_head)
     return drafter

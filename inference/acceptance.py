@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import torch
 
-from .sampling import SamplingParams, probabilities, sample
+from .sampling import SamplingParams, is_distribution, probabilities, sample
 from .tree import Proposal
 
 
@@ -85,6 +85,14 @@ def accept_greedy_tree_on_device(
     return (proposal.path_to(slot - 1) if slot else []), token
 
 
+# A drafted token is accepted against the q it was drawn from. Where the proposal carries no q
+# (deterministic drafts), or a q that is not a distribution or gives the token no mass (a
+# drafter whose weights hold NaN or Inf), the token is taken as deterministic: q one-hot on it.
+# That is exact for any token chosen independently of the verification's draws (accepted with
+# probability p(x), else drawn from the residual of p without x), so the output stays the
+# target's however bad the drafter; only the acceptance is lower.
+
+
 def _residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     residual = (p - q).clamp_min(0.0)
     total = residual.sum()
@@ -105,11 +113,10 @@ def accept_sampling(
         p = probabilities(target_logits[slot], params)
         for child in proposal.children[slot]:
             token = proposal.tokens[child]
-            if proposal.draft_probs is None:
-                q = torch.zeros_like(p)
+            q = None if proposal.draft_probs is None else proposal.draft_probs[child].float()
+            if q is None or not (is_distribution(q) and q[token] > 0):
+                q = torch.zeros_like(p)  # deterministic, or a q the token cannot come from
                 q[token] = 1.0
-            else:
-                q = proposal.draft_probs[child].float()
             ratio = p[token] / q[token] if q[token] > 0 else torch.tensor(0.0)
             if torch.rand((), generator=generator, device=p.device) < ratio:
                 accepted.append(child)
@@ -133,6 +140,10 @@ def accept_chain_on_device(
     p = probabilities(target_logits, params)  # [n+1, vocab]
     q = proposal.draft_probs.to(device).float()  # [n, vocab]
     rows = torch.arange(n, device=device)
+    proper = is_distribution(q) & (
+        q[rows, tokens] > 0
+    )  # else: one-hot, see the note above `_residual`
+    q = torch.where(proper[:, None], q, torch.nn.functional.one_hot(tokens, q.shape[-1]).float())
     uniforms = torch.rand(n + 1, generator=generator, device=device)
     passed = uniforms[:n] < p[rows, tokens] / q[rows, tokens]  # q > 0 where it was drawn
     count = passed.long().cumprod(0).sum()  # accepted prefix length

@@ -38,7 +38,7 @@ from .cache_settings import GROWING, CacheSettings
 from .drafter_request import DrafterRequest, LoadedDrafter
 from .eagle_slots import EagleSlots
 from .proposers import Proposer, ProposerError
-from .sampling import SamplingParams, probabilities
+from .sampling import SamplingParams, is_distribution, probabilities
 from .transfer import to_device
 from .tree import Proposal, TreeSettings
 
@@ -187,7 +187,7 @@ class EagleProposer(Proposer):
                 for child in new:
                     hidden_of[child] = out[0, row]
                 frontier += new
-        return Proposal(tokens, parents, torch.stack(probs))
+        return Proposal(tokens, parents, torch.stack(probs) if probs else None)
 
     def _sample_children(
         self, q, parent, parent_score, k, generator, tokens, parents, scores, probs
@@ -198,7 +198,7 @@ class EagleProposer(Proposer):
 
         One Gumbel-top-k draw: the order of the k largest log q + Gumbel keys is distributed as
         k sequential draws without replacement (Kool et al., 2019)."""
-        k = min(k, int((q > 0).sum()))
+        k = min(k, int((q > 0).sum())) if bool(is_distribution(q)) else 0  # NaN: no children
         if k == 0:
             return []
         uniform = torch.rand(q.shape, generator=generator, device=q.device).clamp_min(1e-20)

@@ -21,6 +21,7 @@ from torch import nn
 
 from ..architectures.defaults import NUM_SPECULATIVE_TOKENS, target_location
 from ..architectures.drafter_io import DrafterError, read_drafter_record
+from ..architectures.errors import DraftzooError
 from ..architectures.families import UnknownFamilyError, family_spec, family_specs
 from ..architectures.target import FingerprintMismatchError
 from ..architectures.zoo_index import resolve_drafter
@@ -122,14 +123,7 @@ def load_drafter(
             f"a {spec.display_name} drafter drafts chains only; {what} need one of: "
             f"{', '.join(tree_families)}"
         )
-    try:
-        loaded: LoadedDrafter = spec.runtime_loader()(folder, record, target, tokenizer, request)
-    except FingerprintMismatchError as err:
-        given = getattr(target.config, "_name_or_path", "") or type(target).__name__
-        raise FingerprintMismatchError(
-            f"drafter {folder} was trained for target {recorded_target(record)!r}, "
-            f"not for {given!r}: {err}"
-        ) from err
+    loaded = _load_module(spec, folder, record, target, tokenizer, request)
     if request.proposal == "tree" and num_speculative_tokens is not None:
         num_speculative_tokens = loaded.tree.depth
     if hybrid:
@@ -146,6 +140,28 @@ def load_drafter(
         proposal,
         loaded.tree,
     )
+
+
+def _load_module(spec, folder, record, target, tokenizer, request) -> LoadedDrafter:
+    """The family's loader on the folder; whatever in the folder's files builds no module is
+    one line naming the folder."""
+    try:
+        return spec.runtime_loader()(folder, record, target, tokenizer, request)
+    except FingerprintMismatchError as err:
+        given = getattr(target.config, "_name_or_path", "") or type(target).__name__
+        raise FingerprintMismatchError(
+            f"drafter {folder} was trained for target {recorded_target(record)!r}, "
+            f"not for {given!r}: {err}"
+        ) from err
+    except DraftzooError:
+        raise
+    except (RuntimeError, KeyError, TypeError, ValueError, IndexError, AttributeError) as err:
+        # a wrong shape, an absurd or missing config value: the files' fault, in one line
+        said = " ".join(str(err).split())
+        raise DrafterError(
+            f"{folder} does not load as a drafter of family {spec.display_name}: "
+            f"{type(err).__name__}: {said[:300]}"
+        ) from err
 
 
 #: the family name of the training-free n-gram proposer in reports

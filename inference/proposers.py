@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Protocol
 
 import torch
@@ -9,10 +10,12 @@ import torch
 from ..architectures.errors import DraftzooError
 from .cache_settings import GROWING, CacheSettings
 from .growing_forward import GrowingForward
-from .sampling import SamplingParams, probabilities, sample
+from .sampling import SamplingParams, is_distribution, probabilities, sample
 from .static_forward import StaticForward
 from .transfer import to_device
 from .tree import Proposal
+
+logger = logging.getLogger(__name__)
 
 
 class ProposerError(DraftzooError, ValueError):
@@ -167,13 +170,24 @@ class DraftModelProposer(Proposer):
         draft_probs = []
         for step in range(max_tokens):
             q = probabilities(logits, params)
+            if not is_distribution(q):  # broken weights: no drafts this round
+                self._warn_broken()
+                break
             tokens.append(sample(q, generator))
             draft_probs.append(q)
             if step + 1 == max_tokens:
                 break
             logits = self._feed(torch.tensor([[tokens[-1]]], device=self.device))
             self.cached_ids.append(tokens[-1])
-        return Proposal.chain(tokens, torch.stack(draft_probs))
+        return Proposal.chain(tokens, torch.stack(draft_probs) if draft_probs else None)
+
+    def _warn_broken(self) -> None:
+        if not getattr(self, "_warned", False):
+            logger.warning(
+                "the draft model's probabilities are not a distribution (NaN or Inf in its "
+                "weights?); it drafts nothing in such rounds, and the output stays the target's"
+            )
+            self._warned = True
 
     def _greedy_on_device(self, logits: torch.Tensor, max_tokens: int) -> Proposal:
         """Greedy chain whose tokens stay on the device (the verification reads them)."""

@@ -88,6 +88,12 @@ def probabilities(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     return logits.softmax(-1)
 
 
+def is_distribution(probs: torch.Tensor) -> torch.Tensor:
+    """Per row of `probs` [..., vocab]: finite, non-negative, with mass (a drafter with
+    broken weights gives rows that are not)."""
+    return torch.isfinite(probs).all(-1) & (probs >= 0).all(-1) & (probs.sum(-1) > 0)
+
+
 def sample(probs: torch.Tensor, generator: torch.Generator | None) -> int:
     """One token id from a 1-D distribution (need not sum to 1), by inverting its CDF with one
     uniform draw (on CPU several times cheaper than `torch.multinomial`, which draws one

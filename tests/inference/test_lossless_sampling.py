@@ -320,3 +320,28 @@ def test_typical_acceptance_is_lossy_and_never_the_default(target_exact):
     parser = build_parser()
     assert parser.parse_args(["generate", "--prompt", "x"]).acceptance == "exact"
     assert parser.parse_args(["eval", "some-drafter"]).acceptance == "exact"
+
+
+@pytest.mark.parametrize("family", ["draft-lm", "eagle3-chain", "eagle3-tree"])
+def test_a_drafter_with_nan_weights_still_gives_the_target_distribution(target_exact, family):
+    """Weights full of NaN: q is no distribution, so its drafts count as deterministic (q
+    one-hot) or, for a draft LM that cannot sample, are not made; the output stays the
+    target's, within the same TV threshold."""
+    target, exact = target_exact
+    if family == "draft-lm":
+        broken = _tiny_lm(seed=7, sharpness=60.0)
+        proposer = DraftModelProposer(broken)
+        module = broken
+    else:
+        proposer = _eagle3(target, family.endswith("tree"))
+        module = proposer.drafter
+    shared = {p.data_ptr() for p in target.parameters()}  # EAGLE reads the target's head
+    with torch.no_grad():
+        for parameter in module.parameters():
+            if parameter.data_ptr() not in shared:
+                parameter.fill_(float("nan"))
+    assert all(torch.isfinite(p).all() for p in target.parameters())
+    generator = SpeculativeGenerator(target, None, proposer, num_speculative_tokens=2)
+    counts, _ = sample_outcomes(generator)
+    tv, threshold = _tv(counts, exact), _threshold(exact)
+    assert tv < threshold, f"TV {tv:.4f} >= {threshold:.4f}"
