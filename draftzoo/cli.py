@@ -355,7 +355,9 @@ def _publish(args: argparse.Namespace) -> int:
     from draftzoo.eval.publish import publish, push_to_hub
 
     zoo = Path(args.zoo) if args.zoo else default_zoo_dir()
-    folder = publish(args.drafter, args.report, zoo, args.name, args.overwrite)
+    folder = publish(
+        args.drafter, args.report, zoo, args.name, args.overwrite, args.allow_unreliable_timing
+    )
     print(f"published: {folder} (zoo index {zoo / 'index.json'})")
     if args.push_to_hub:
         print(f"pushed: {push_to_hub(folder, args.push_to_hub, args.private)}")

@@ -458,6 +458,11 @@ def _add_zoo_commands(commands, handlers: Mapping[str, Callable]) -> None:
     pub.add_argument("--zoo", help="zoo folder (default $DRAFTZOO_ZOO or ~/.cache/draftzoo/zoo)")
     pub.add_argument("--name", help="zoo name (default: the recipe's name)")
     pub.add_argument("--overwrite", action="store_true", help="replace an entry of that name")
+    pub.add_argument(
+        "--allow-unreliable-timing",
+        action="store_true",
+        help="publish a report whose speedups were measured on a busy machine (the card says so)",
+    )
     pub.add_argument("--push-to-hub", metavar="ORG/NAME", help="also upload to this hub repo")
     pub.add_argument("--private", action="store_true", help="with --push-to-hub: private repo")
     pub.set_defaults(func=handlers["publish"])

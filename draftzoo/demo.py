@@ -46,21 +46,27 @@ def _side_by_side(reports: dict[str, dict]) -> str:
     """tau, speedup over target-only and greedy identity of each drafter at each temperature,
     then each one's losslessness certificate."""
     from draftzoo.eval.certificate import describe
+    from draftzoo.eval.machine_load import unreliable_sentence
 
     lines = [f"      {'drafter':28} {'T':>3} {'tau':>6} {'speedup':>9} {'greedy identity':>16}"]
+    warnings = []
     for name, report in reports.items():
+        warning = unreliable_sentence(report)
+        if warning:
+            warnings.append(f"      {name}: {warning}")
         for row in report["results"]:
             if row["batch_size"] != 1:
                 continue
             same = row.get("greedy_identity")
             identity = f"{same['identical']}/{same['decodes']}" if same else "-"
+            speedup = "busy" if warning else f"{row['speedup']['mean']:.2f}x"
             lines.append(
                 f"      {name:28} {row['temperature']:>3g} {row['tau']:>6.2f} "
-                f"{row['speedup']['mean']:>8.2f}x {identity:>16}"
+                f"{speedup:>9} {identity:>16}"
             )
     for name, report in reports.items():
         lines.append(f"      {name}: {describe(report['certificate'])}")
-    return "\n".join(lines)
+    return "\n".join(lines + warnings)
 
 
 def run_demo(out: Path, steps: int, prompts: int) -> int:
@@ -98,7 +104,10 @@ def run_demo(out: Path, steps: int, prompts: int) -> int:
 
     _say(4, "publish this run's drafter to a local zoo")
     zoo = out / "zoo"
-    published = publish(result.output_dir, report_path, zoo, "eagle3-demo", overwrite=True)
+    # a local demo zoo: a busy machine's report is published too, its card saying so
+    published = publish(
+        result.output_dir, report_path, zoo, "eagle3-demo", True, allow_unreliable_timing=True
+    )
     print(f"      {published} (card: {published / 'README.md'})", flush=True)
 
     _say(5, "load it back by name")

@@ -77,6 +77,8 @@ class Row:
     certificate: dict[str, Any] | None = None
     card: str | None = None  # a link to the drafter's card, when it has one
     reference: bool = False  # target-only, prompt lookup, transformers: no training
+    #: why its speedups cannot be trusted (measured on a busy machine); shown, never ranked
+    unreliable: str | None = None
 
     def speedup(self, key: str = "T=0") -> float:
         measured = self.temperatures.get(key)
@@ -182,6 +184,7 @@ def row_from_report(
         ),
         card=card,
         reference=checkpoint["family"] in MODEL_FREE,
+        unreliable=(report.get("timing") or {}).get("why_unreliable"),
     )
     for result in report["results"]:
         if result["batch_size"] != 1:
@@ -227,13 +230,14 @@ def row_as_json(row: Row) -> dict[str, Any]:
 
 
 def grouped(rows: list[Row]) -> dict[str, list[Row]]:
-    """Rows by group, drafters ranked by T = 0 speedup, then the reference rows."""
+    """Rows by group, drafters ranked by T = 0 speedup, then those with unreliable timings,
+    then the reference rows."""
     groups: dict[str, list[Row]] = defaultdict(list)
     for row in rows:
         groups[row.group].append(row)
     ordered = sorted(groups.items(), key=lambda item: (-len(item[1]), item[0]))  # largest first
     return {
-        group: sorted(members, key=lambda r: (r.reference, -r.speedup()))
+        group: sorted(members, key=lambda r: (r.reference, bool(r.unreliable), -r.speedup()))
         for group, members in ordered
     }
 
@@ -241,7 +245,11 @@ def grouped(rows: list[Row]) -> dict[str, list[Row]]:
 def pareto_front(rows: list[Row], key: str = "T=0") -> list[Row]:
     """Trained rows no other row beats on both training time and speedup (cheapest first)."""
     trained = sorted(
-        (r for r in rows if not r.reference and r.train_seconds and key in r.temperatures),
+        (
+            r
+            for r in rows
+            if not r.reference and not r.unreliable and r.train_seconds and key in r.temperatures
+        ),
         key=lambda r: (r.train_seconds, -r.speedup(key)),
     )
     front, best = [], float("-inf")
@@ -311,14 +319,16 @@ def table(rows: list[Row]) -> list[str]:
     ]
     rank = 0
     for row in rows:
-        rank += not row.reference
+        ranked = not row.reference and not row.unreliable
+        rank += ranked
+        shown = "ref" if row.reference else str(rank) if ranked else "unreliable timing"
         name = f"[`{row.name}`]({row.card})" if row.card else f"`{row.name}`"
         if row.name in front:
             name += " *"
         seconds = "-" if row.train_seconds is None else f"{row.train_seconds / 60:.0f} min"
         memory = "-" if row.drafter_bytes is None else f"{row.drafter_bytes / 2**20:.1f}"
         lines.append(
-            f"| {'ref' if row.reference else rank} | {name} | "
+            f"| {shown} | {name} | "
             f"{_shown_family(row.family)} | {row.proposal} | "
             f"{_millions(row.parameters)} | {_tokens(row)} | {seconds} | "
             f"{_cell(row, 'T=0')} | {_efficiency(row)} | {_cell(row, 'T=1')} | "
@@ -340,7 +350,9 @@ def render(rows: list[Row], title: str, plot: str | None = PLOT_FILE) -> str:
         "Pareto front (no other drafter is both cheaper to train and faster at T = 0).",
         "Efficiency is speedup / tau; the certificate is the sampled losslessness check at",
         "T = 1 (prompts x samples, worst TV over its threshold; docs/guarantees.md); greedy",
-        "identity counts the T = 0 decodes identical to target-only.",
+        'identity counts the T = 0 decodes identical to target-only. Rows marked "unreliable',
+        'timing" were measured while other processes used the machine (their tau and identity',
+        "hold, their speedups do not): shown, not ranked.",
     ]
     if plot:
         lines += ["", f"![speedup against training time]({plot})"]
@@ -434,6 +446,8 @@ def families_block(rows: list[Row], zoo_prefix: str = "recipes/zoo/") -> str:
             if row.train_seconds:
                 training += f", {row.train_seconds / 60:.0f} min"
             t0, t1 = (_cell(row, key).replace(" | ", " / ") for key in ("T=0", "T=1"))
+            if row.unreliable:
+                t0, t1 = (f"{cell} (unreliable timing)" for cell in (t0, t1))
             lines.append(
                 f"| {_shown_family(row.family)} | "
                 f"[`{row.name}`]({zoo_prefix}{row.card}) | {row.proposal} | {training} | {t0} | "

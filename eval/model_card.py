@@ -14,6 +14,7 @@ import yaml
 
 from ..architectures.families import display_name
 from .certificate import describe
+from .machine_load import unreliable_sentence
 from .runner import batch_one_breakdown, teacher_forced_breakdown
 
 
@@ -259,6 +260,15 @@ def _use_section(name: str, report: dict[str, Any]) -> list[str]:
     ]
 
 
+def timing_lines(report: dict[str, Any]) -> list[str]:
+    """The unreliable-timing warning, when the report carries one (and whether publishing
+    overrode it)."""
+    warning = unreliable_sentence(report)
+    if not warning:
+        return []
+    return [f"**{warning}** Published with `--allow-unreliable-timing`.", ""]
+
+
 def heldout_lines(report: dict[str, Any]) -> list[str]:
     """The held-out check's one line (none when the report has none)."""
     heldout = report.get("heldout")
@@ -289,6 +299,7 @@ def _measured_section(report: dict[str, Any], plots: list[str]) -> list[str]:
         *_results_table(report),
         "",
         *heldout_lines(report),
+        *timing_lines(report),
     ]
     for temperature, cats, accept in batch_one_breakdown(report):
         lines.append(

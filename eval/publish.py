@@ -36,6 +36,7 @@ from ..architectures.export import TOKENIZER_FILES
 from ..architectures.zoo_index import ZooIndex
 from .certificate import describe
 from .certificate import headline as certificate_headline
+from .machine_load import unreliable_sentence
 from .model_card import render_card
 from .plots import plot_report
 from .runner import REPORT_FILE, SUMMARY_FILE, headline
@@ -108,8 +109,11 @@ def publish(
     zoo: Path,
     name: str | None = None,
     overwrite: bool = False,
+    allow_unreliable_timing: bool = False,
 ) -> Path:
-    """Publish drafter `folder` with its report into `zoo`; returns the published folder."""
+    """Publish drafter `folder` with its report into `zoo`; returns the published folder.
+    A report whose speedups were measured on a busy machine is refused unless
+    `allow_unreliable_timing` (its card then says so)."""
     folder, zoo = Path(folder), Path(zoo)
     try:
         record = read_drafter_record(folder)
@@ -119,6 +123,12 @@ def publish(
     check_weights(folder)
     _refuse_links(folder)
     report = _report_of(folder, digest, report_path)
+    warning = unreliable_sentence(report)
+    if warning and not allow_unreliable_timing:
+        raise PublishError(
+            f"the report {report_path}: {warning} (or publish it anyway with "
+            "--allow-unreliable-timing; its card will say so)"
+        )
     name = name or str(record.get("recipe", {}).get("name") or folder.name)
     if not ZOO_NAME.fullmatch(name):
         raise PublishError(

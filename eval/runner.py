@@ -48,6 +48,7 @@ from ..inference.load import MODEL_FREE, DrafterRuntime
 from ..inference.sampling import ACCEPTANCES, SamplingParams
 from .certificate import CertificateConfig, certify, describe
 from .lm_quality import repeated_ngram_share
+from .machine_load import MachineLoad, timing_verdict, unreliable_sentence
 
 REPORT_FILE = "report.json"
 SUMMARY_FILE = "summary.txt"
@@ -507,8 +508,12 @@ def evaluate(
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
     started = time.perf_counter()
-    with tqdm(total=steps, desc="eval", unit="prompt", disable=not show_progress) as progress:
+    with (
+        tqdm(total=steps, desc="eval", unit="prompt", disable=not show_progress) as progress,
+        MachineLoad() as load,
+    ):
         results = evaluation.run(prompts, progress)
+    spreads = [r["speedup"]["std"] / r["speedup"]["mean"] for r in results if r["speedup"]["mean"]]
     memory = _memory(target, drafter, evaluation.peak_cache_bytes)
     teacher_forced = _teacher_forced(target, tokenizer, drafter, config, prompts[1:])
     record = drafter.record
@@ -537,6 +542,7 @@ def evaluate(
         "categories": sorted({p.category for p in prompts[1:]}),
         "heldout": heldout_record(config),
         "results": results,
+        "timing": timing_verdict(load.record, spreads),
         "teacher_forced": teacher_forced,
         "certificate": certificate_of(target, tokenizer, drafter, config, prompts[1:]),
         "memory": memory,
@@ -710,6 +716,9 @@ def summary_text(report: dict[str, Any]) -> str:
             f"{_repetition(r):>15}"
         )
     lines.append("")
+    warning = unreliable_sentence(report)
+    if warning:
+        lines += [warning, ""]
     for temperature, cats, accept in batch_one_breakdown(report):
         lines.append(f"T={temperature:g}: tau per category: {cats}")
         lines.append(f"T={temperature:g}: acceptance per position: {accept}")

@@ -1,0 +1,104 @@
+"""Whether a timing can be trusted: what else used the machine while it ran.
+
+Speedups are ratios of wall-clock times, so another job on the same cores changes them while
+tau, acceptance and greedy identity stay what they are. `MachineLoad` reads the machine's busy
+CPU time (`/proc/stat`, all cores) and this process's own (with its children) around a
+measurement; what the others used, as a share of the CPU time the machine had
+(wall clock x cores), says whether the clock was shared. A speedup is marked **unreliable**
+when that share passes `MAX_OTHER_SHARE`, or when repeats disagree by more than `MAX_SPREAD`
+(std / mean). Where `/proc/stat` is absent (not Linux), the load is not measured and says so.
+On CUDA, other processes on the device are not counted (the host CPU still is).
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import time
+from pathlib import Path
+from typing import Any
+
+#: other processes' share of the machine's CPU time above which timings are unreliable
+MAX_OTHER_SHARE = 0.10
+#: the speedup's spread over repeats (std / mean) above which it is unreliable
+MAX_SPREAD = 0.15
+
+
+def _busy_cpu() -> tuple[float, int] | None:
+    """(busy CPU seconds of every core since boot, cores) from /proc/stat; None elsewhere."""
+    try:
+        lines = Path("/proc/stat").read_text().splitlines()
+    except OSError:
+        return None
+    fields = [int(x) for x in lines[0].split()[1:]]
+    # user nice system idle iowait irq softirq steal: busy = all but idle and iowait
+    busy = sum(fields[:8]) - fields[3] - fields[4]
+    cores = sum(1 for line in lines if line.startswith("cpu") and line[3:4].isdigit())
+    return busy / os.sysconf("SC_CLK_TCK"), cores
+
+
+def _own_cpu() -> float:
+    """CPU seconds of this process and its finished children."""
+    total = 0.0
+    for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
+        usage = resource.getrusage(who)
+        total += usage.ru_utime + usage.ru_stime
+    return total
+
+
+class MachineLoad:
+    """Measures, around a `with` block, the CPU time other processes took from the machine."""
+
+    def __enter__(self) -> MachineLoad:
+        self._start = (time.perf_counter(), _busy_cpu(), _own_cpu())
+        self.record: dict[str, Any] = {}
+        return self
+
+    def __exit__(self, *exc) -> None:
+        wall0, busy0, own0 = self._start
+        wall, busy, own = time.perf_counter() - wall0, _busy_cpu(), _own_cpu() - own0
+        if busy0 is None or busy is None or wall <= 0:
+            self.record = {"measured": False, "wall_seconds": round(wall, 3)}
+            return
+        cores = busy[1]
+        other = max(0.0, busy[0] - busy0[0] - own)
+        self.record = {
+            "measured": True,
+            "wall_seconds": round(wall, 3),
+            "cores": cores,
+            "own_cpu_seconds": round(own, 3),
+            "other_cpu_seconds": round(other, 3),
+            "other_share": round(other / (wall * cores), 4),
+        }
+
+
+def timing_verdict(load: dict[str, Any], spreads: list[float]) -> dict[str, Any]:
+    """The report's `timing`: the load, the largest speedup spread over repeats, and whether
+    its timings are reliable, with one sentence why not."""
+    spread = max(spreads, default=0.0)
+    why = None
+    if load.get("measured") and load["other_share"] > MAX_OTHER_SHARE:
+        why = (
+            f"other processes used {load['other_share']:.0%} of the machine's CPU time while it "
+            f"ran (bound {MAX_OTHER_SHARE:.0%})"
+        )
+    elif spread > MAX_SPREAD:
+        why = f"its repeats disagree by {spread:.0%} (std / mean; bound {MAX_SPREAD:.0%})"
+    return {
+        **load,
+        "max_speedup_spread": round(spread, 4),
+        "reliable": why is None,
+        "why_unreliable": why,
+    }
+
+
+def unreliable_sentence(report: dict[str, Any]) -> str | None:
+    """One sentence for summaries, cards and the demo when a report's speedups are unreliable
+    (None when they are reliable, or the report predates the check)."""
+    timing = report.get("timing") or {}
+    if timing.get("reliable", True):
+        return None
+    return (
+        f"Speedups UNRELIABLE: {timing['why_unreliable']}; tau, acceptance and greedy identity "
+        "do not depend on the clock, the speedups and tokens/s do — rerun alone on the machine."
+    )

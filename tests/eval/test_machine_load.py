@@ -1,0 +1,80 @@
+"""Timings that say when they cannot be trusted: an eval run beside CPU-burning processes is
+marked unreliable in its report, summary, card and leaderboard row, and publish refuses it
+unless asked. (The quiet case is a bench script's, not a timed test's:
+`python bench/machine_load_check.py`.)"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from draftzoo.eval import machine_load
+from draftzoo.eval.machine_load import MachineLoad, timing_verdict
+
+
+@pytest.fixture
+def real_bounds(monkeypatch):
+    """The gate's own bounds (the suite opens it for every other test)."""
+    monkeypatch.setattr(machine_load, "MAX_OTHER_SHARE", 0.10)
+    monkeypatch.setattr(machine_load, "MAX_SPREAD", 0.15)
+
+
+@pytest.fixture
+def burners():
+    """One busy-looping process per core, for as long as the test runs."""
+    procs = [
+        subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        for _ in range(os.cpu_count() or 1)
+    ]
+    time.sleep(0.5)  # running before the measurement starts
+    yield
+    for proc in procs:
+        proc.kill()
+        proc.wait()
+
+
+def test_other_processes_cpu_time_marks_a_measurement_unreliable(real_bounds, burners):
+    with MachineLoad() as load:
+        time.sleep(1.5)  # this process idles; the burners use the cores
+    record = load.record
+    assert record["measured"] and record["other_share"] > 0.5, record
+    verdict = timing_verdict(record, [0.01])
+    assert not verdict["reliable"] and "other processes used" in verdict["why_unreliable"]
+    assert timing_verdict({**record, "other_share": 0.0}, [0.3])["why_unreliable"].startswith(
+        "its repeats disagree by 30%"
+    )
+
+
+def test_an_eval_beside_burners_is_marked_and_publish_refuses_it(
+    real_bounds, burners, tiny_drafters, tiny_target_model, tmp_path
+):
+    from draftzoo.eval.leaderboard import render, row_from_report
+    from draftzoo.eval.publish import PublishError, publish
+    from draftzoo.eval.runner import EvalConfig, evaluate, summary_text, write_report
+    from draftzoo.inference.load import load_drafter
+
+    model, tokenizer, path = tiny_target_model
+    folder = tiny_drafters["eagle3"]
+    drafter = load_drafter(folder, model, tokenizer, "chain", 3)
+    config = EvalConfig(
+        max_prompts=2, max_new_tokens=12, temperatures=(0.0,), certificate_samples=300
+    )
+    report = evaluate(model, tokenizer, drafter, config, str(path), show_progress=False)
+    timing = report["timing"]
+    assert not timing["reliable"] and timing["other_share"] > machine_load.MAX_OTHER_SHARE
+    assert report["results"][0]["greedy_identity"]["identical"] == 2  # the clock only
+    assert "Speedups UNRELIABLE: other processes used" in summary_text(report)
+    report_path = write_report(report, tmp_path / "eval")
+    zoo = tmp_path / "zoo"
+    with pytest.raises(PublishError, match="--allow-unreliable-timing"):
+        publish(folder, report_path, zoo, "busy")
+    assert not zoo.exists() or not any(p.name == "busy" for p in zoo.iterdir())
+    published = publish(folder, report_path, zoo, "busy", allow_unreliable_timing=True)
+    card = (published / "README.md").read_text()
+    assert "Speedups UNRELIABLE" in card and "--allow-unreliable-timing" in card
+    row = row_from_report(report, "busy")
+    assert row.unreliable and "| unreliable timing |" in render([row], "t", plot=None)
