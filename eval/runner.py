@@ -480,6 +480,14 @@ def _spread(values: list[float]) -> dict[str, float]:
     }
 
 
+def _decoded_checkpoint(drafter: DrafterRuntime) -> str | None:
+    """The hash of the weights this evaluation decodes with: taken when they were loaded (a
+    runtime built by hand: hashed now, before any decode); None for model-free proposers."""
+    if drafter.family in MODEL_FREE:
+        return None
+    return drafter.sha256 or checkpoint_hash(drafter.folder)
+
+
 def check_teacher_forced(config: EvalConfig, family: str, folder) -> None:
     """Refuse teacher-forced scores for a family that has none (said before anything loads)."""
     if config.teacher_forced and not family_spec(family).teacher_forced:
@@ -502,6 +510,7 @@ def evaluate(
     from tqdm.auto import tqdm
 
     check_teacher_forced(config, drafter.family, drafter.folder)
+    digest = _decoded_checkpoint(drafter)
     prompts = load_prompts(config)
     evaluation = Evaluation(target, tokenizer, drafter, config)
     steps = len(prompts) * len(config.temperatures) * len(config.batch_sizes) * config.repeats
@@ -522,8 +531,8 @@ def evaluate(
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "checkpoint": {
             "path": str(drafter.folder),
-            # model-free proposers have no weights: no checkpoint to hash (and none to publish)
-            "sha256": None if drafter.family in MODEL_FREE else checkpoint_hash(drafter.folder),
+            # the weights decoded; model-free proposers have none (and nothing to publish)
+            "sha256": digest,
             "family": record["family"],
             "training": record.get("training", {}),
         },

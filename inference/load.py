@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from ..architectures.defaults import NUM_SPECULATIVE_TOKENS, target_location
-from ..architectures.drafter_io import DrafterError, read_drafter_record
+from ..architectures.drafter_io import DrafterError, checkpoint_hash, read_drafter_record
 from ..architectures.errors import DraftzooError
 from ..architectures.families import UnknownFamilyError, family_spec, family_specs
 from ..architectures.target import FingerprintMismatchError
@@ -55,6 +55,8 @@ class DrafterRuntime:
     #: eval`): a proposer that learns across requests forgets earlier passes, so one pass's
     #: prompts never draft from another pass's answers to the same prompts
     begin_pass: Callable[[], None] = lambda: None
+    #: the checkpoint hash of the files the module was built from (read before and after)
+    sha256: str | None = None
 
     @property
     def family(self) -> str:
@@ -123,23 +125,29 @@ def load_drafter(
             f"a {spec.display_name} drafter drafts chains only; {what} need one of: "
             f"{', '.join(tree_families)}"
         )
+    digest = checkpoint_hash(folder)  # the files about to be read
     loaded = _load_module(spec, folder, record, target, tokenizer, request)
+    if checkpoint_hash(folder) != digest:
+        raise DrafterError(f"{folder} changed while it was being loaded; load it again")
     if request.proposal == "tree" and num_speculative_tokens is not None:
         num_speculative_tokens = loaded.tree.depth
     if hybrid:
         settings = HybridSettings() if suffix is None else HybridSettings(suffix=suffix)
-        return hybrid_runtime(
+        runtime = hybrid_runtime(
             folder, record, loaded, num_speculative_tokens, proposal, settings, tokenizer
         )
-    return DrafterRuntime(
-        folder,
-        record,
-        loaded.module,
-        loaded.make_proposer,
-        num_speculative_tokens,
-        proposal,
-        loaded.tree,
-    )
+    else:
+        runtime = DrafterRuntime(
+            folder,
+            record,
+            loaded.module,
+            loaded.make_proposer,
+            num_speculative_tokens,
+            proposal,
+            loaded.tree,
+        )
+    runtime.sha256 = digest
+    return runtime
 
 
 def _load_module(spec, folder, record, target, tokenizer, request) -> LoadedDrafter:

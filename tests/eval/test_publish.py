@@ -233,3 +233,33 @@ def test_no_symbolic_link_is_followed_out_of_a_zoo(measured, tmp_path):
     (zoo / "index.json").write_text(json.dumps(index))
     with pytest.raises(ZooError, match="not a folder of the zoo"):
         ZooIndex(zoo).folder("entry")
+
+
+def test_a_report_names_the_weights_it_decoded_not_the_folders_later_ones(
+    tiny_drafters, tiny_target_model, tmp_path
+):
+    """Weights replaced after loading: the report carries the hash of the loaded ones, so
+    publishing the folder's new weights with it is refused."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    from draftzoo.architectures.drafter_io import checkpoint_hash
+    from draftzoo.eval.publish import PublishError, publish
+    from draftzoo.eval.runner import EvalConfig, evaluate, write_report
+    from draftzoo.inference.load import load_drafter
+
+    model, tokenizer, path = tiny_target_model
+    folder = tmp_path / "drafter"
+    shutil.copytree(tiny_drafters["eagle3"], folder)
+    loaded = checkpoint_hash(folder)
+    drafter = load_drafter(folder, model, tokenizer, "chain", 3)
+    tensors = load_file(str(folder / "model.safetensors"))
+    save_file({k: v * 2 for k, v in tensors.items()}, str(folder / "model.safetensors"))
+    config = EvalConfig(
+        max_prompts=1, max_new_tokens=8, temperatures=(0.0,), certificate_samples=300
+    )
+    report = evaluate(model, tokenizer, drafter, config, str(path), show_progress=False)
+    assert report["checkpoint"]["sha256"] == loaded != checkpoint_hash(folder)
+    with pytest.raises(PublishError, match="evaluate this checkpoint"):
+        publish(folder, write_report(report, tmp_path / "eval"), tmp_path / "zoo", "changed")
