@@ -60,11 +60,17 @@ class ZooIndex:
             return {}
         try:
             data = json.loads(self.file.read_text())
-        except json.JSONDecodeError as err:
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
             raise ZooError(f"{self.file} is not valid JSON: {err}") from err
-        if data.get("version") != INDEX_VERSION:
-            raise ZooError(f"{self.file}: index version {data.get('version')!r} is not supported")
-        return data["drafters"]
+        except OSError as err:
+            raise ZooError(f"{self.file} cannot be read: {err}") from err
+        if not isinstance(data, dict) or data.get("version") != INDEX_VERSION:
+            version = data.get("version") if isinstance(data, dict) else None
+            raise ZooError(f"{self.file}: index version {version!r} is not supported")
+        entries = data.get("drafters")
+        if not isinstance(entries, dict) or not all(isinstance(e, dict) for e in entries.values()):
+            raise ZooError(f"{self.file}: 'drafters' is not an object of entries")
+        return entries
 
     def folder(self, name: str) -> Path:
         """Where entry `name`'s files are. A publish killed between moving the old folder to

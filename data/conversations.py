@@ -180,9 +180,10 @@ def iter_rows(source: str | Path, split: str = "train") -> Iterator[Any]:
     """Raw rows of a local .jsonl/.json/.parquet file, a saved dataset folder, a hub dataset,
     or `testbed-chat` (the testbed's training-split instruction pairs).
 
-    .jsonl lines are parsed one by one so that a broken line becomes one malformed row instead
-    of failing the whole file. Other sources go through `datasets`; hub names use
-    `datasets.load_dataset(name, split=...)`, which needs network access.
+    .jsonl lines are parsed one by one so that a broken line (not JSON, not UTF-8, nested too
+    deeply to parse) becomes one malformed row instead of failing the whole file. Other sources
+    go through `datasets`; hub names use `datasets.load_dataset(name, split=...)`, which needs
+    network access.
     """
     import json
 
@@ -193,14 +194,16 @@ def iter_rows(source: str | Path, split: str = "train") -> Iterator[Any]:
         return
     path = Path(source)
     if path.is_file() and path.suffix.lower() == ".jsonl":
-        with path.open(encoding="utf-8") as handle:
-            for line in handle:
-                if not line.strip():
+        with path.open("rb") as handle:
+            for raw in handle:
+                if not raw.strip():
                     continue
                 try:
-                    yield json.loads(line)
-                except json.JSONDecodeError as err:
+                    yield json.loads(raw.decode("utf-8"))
+                except (json.JSONDecodeError, UnicodeDecodeError) as err:
                     yield InvalidJson(str(err))
+                except RecursionError:
+                    yield InvalidJson("nested too deeply to parse")
         return
     yield from _load_with_datasets(str(source), split)
 

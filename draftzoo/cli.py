@@ -250,17 +250,32 @@ def _capture(args: argparse.Namespace) -> int:
 
 
 def _device(name: str | None) -> str:
-    """The device asked for, else cuda when there is one, else cpu."""
+    """The device asked for (cpu, or cuda where there is one), else cuda when there is one,
+    else cpu."""
     import torch
 
-    return name or ("cuda" if torch.cuda.is_available() else "cpu")
+    if name is None:
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        device = torch.device(name)
+    except RuntimeError as err:
+        raise ConfigError(f"--device {name!r}: not a device name (cpu, cuda, cuda:N)") from err
+    if device.type not in ("cpu", "cuda"):
+        raise ConfigError(f"--device {name!r}: draftzoo runs on cpu or cuda")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"--device {name!r}: no CUDA device is available here")
+    return name
 
 
-def _set_threads(threads: int) -> None:
-    if threads:
-        import torch
+def _set_threads(threads: int | None) -> None:
+    """`--threads N` (0 or absent: torch's default)."""
+    if not threads:
+        return
+    if threads < 0:
+        raise ConfigError(f"--threads must be >= 0 (0: the default), got {threads}")
+    import torch
 
-        torch.set_num_threads(threads)
+    torch.set_num_threads(threads)
 
 
 def _eval_config(args: argparse.Namespace):

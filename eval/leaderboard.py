@@ -20,6 +20,7 @@ Pareto front of cheaper-and-faster drafters marked).
 from __future__ import annotations
 
 import json
+import logging
 import math
 import textwrap
 from collections import defaultdict
@@ -33,6 +34,8 @@ from ..architectures.families import display_name
 from ..architectures.zoo_index import ZooIndex
 from ..inference.load import MODEL_FREE, PROMPT_LOOKUP, SUFFIX_DECODING
 from .certificate import headline as certificate_headline
+
+logger = logging.getLogger(__name__)
 
 LEADERBOARD_FILE = "LEADERBOARD.md"
 PLOT_FILE = "leaderboard.png"
@@ -208,8 +211,12 @@ def rows_from_zoo(zoo: Path, target: str | None = None) -> list[Row]:
         if target and entry["base_model"] != target:
             continue
         folder = index.folder(name)
-        report = json.loads((folder / "report.json").read_text())
-        rows.append(row_from_report(report, name, folder, card=f"{name}/README.md"))
+        try:
+            report = json.loads((folder / "report.json").read_text())
+            rows.append(row_from_report(report, name, folder, card=f"{name}/README.md"))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as err:
+            # one broken entry does not hide the others; it is named, not ranked
+            logger.warning("zoo entry %s left out: its report.json cannot be read (%s)", name, err)
     return rows
 
 

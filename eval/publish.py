@@ -59,9 +59,12 @@ def read_report(path: Path | None) -> dict[str, Any]:
             "`draftzoo eval DRAFTER --output-dir DIR` and pass --report DIR/report.json"
         )
     try:
-        return json.loads(Path(path).read_text())
-    except json.JSONDecodeError as err:
+        report = json.loads(Path(path).read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as err:
         raise PublishError(f"{path} is not a valid eval report: {err}") from err
+    if not isinstance(report, dict):
+        raise PublishError(f"{path} is not a valid eval report: not a JSON object")
+    return report
 
 
 def check_weights(folder: Path) -> None:

@@ -39,7 +39,7 @@ from ..architectures.drafter_io import checkpoint_hash
 from ..architectures.families import family_spec, family_specs
 from ..architectures.target import TargetAdapter
 from ..data.dedupe import TrainingText, training_text
-from ..data.prompts import Prompt, load_prompt_set
+from ..data.prompts import Prompt, PromptSetError, load_prompt_set
 from ..inference.batch import BatchGenerator
 from ..inference.cache_settings import CacheSettings
 from ..inference.eagle import TreeSettings
@@ -118,6 +118,8 @@ class EvalConfig:
             raise ValueError("num_speculative_tokens must be >= 1")
         if self.max_cache_length < 1:
             raise ValueError("max_cache_length must be >= 1")
+        if not 0 <= self.seed < 2**62:  # prompt and repeat offsets are added to it
+            raise ValueError(f"seed must be in [0, 2**62), got {self.seed}")
         if self.certificate_samples < 0 or self.certificate_prompts < 1:
             raise ValueError("certificate samples must be >= 0 and certificate prompts >= 1")
         if self.position_edges and not self.teacher_forced:
@@ -184,11 +186,16 @@ class _Run:
 
 def load_prompts(config: EvalConfig) -> list[Prompt]:
     """The first `max_prompts` + 1 prompts of every set (the very first is the warm-up), past
-    those that overlap `heldout_from`."""
+    those that overlap `heldout_from`; at least one is measured."""
     prompts: list[Prompt] = []
     for index, name in enumerate(config.prompt_sets):
         chosen = _held_out(load_prompt_set(name), config.heldout_from)
         prompts += chosen[: config.max_prompts + (1 if index == 0 else 0)]
+    if len(prompts) < 2:
+        raise PromptSetError(
+            f"{' + '.join(config.prompt_sets)}: {len(prompts)} usable prompt(s); eval needs at "
+            "least 2 (the first is an uncounted warm-up)"
+        )
     return prompts
 
 

@@ -68,7 +68,9 @@ class PromptLookupProposer(Proposer):
 
     def __init__(self, min_ngram: int = 1, max_ngram: int = 3) -> None:
         if not 1 <= min_ngram <= max_ngram:
-            raise ValueError(f"need 1 <= min_ngram <= max_ngram, got {min_ngram}, {max_ngram}")
+            raise ProposerError(
+                f"prompt lookup needs 1 <= min_ngram <= max_ngram, got {min_ngram}, {max_ngram}"
+            )
         self.min_ngram, self.max_ngram = min_ngram, max_ngram
 
     def propose(self, context, max_tokens, params, generator) -> Proposal:

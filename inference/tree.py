@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .errors import GenerationError
 from .transfer import to_device
 
 
@@ -191,6 +192,11 @@ def tree_layout(parents: torch.Tensor, max_depth: int) -> tuple[torch.Tensor, to
     return ancestors.sum(-1) - 1, ancestors
 
 
+#: the largest tree budget accepted: each bound far above what EAGLE-2 uses, and far below
+#: what a verification forward could not hold
+TREE_LIMITS = {"top_k": 256, "depth": 64, "total_tokens": 2048, "sampled_children": 256}
+
+
 @dataclass(frozen=True)
 class TreeSettings:
     """EAGLE-2 dynamic-tree budget."""
@@ -202,4 +208,12 @@ class TreeSettings:
 
     def __post_init__(self) -> None:
         if min(self.top_k, self.depth, self.total_tokens, self.sampled_children) < 1:
-            raise ValueError("tree top_k, depth, total_tokens and sampled_children must be >= 1")
+            raise GenerationError(
+                "tree top_k, depth, total_tokens and sampled_children must be >= 1"
+            )
+        for name, most in TREE_LIMITS.items():
+            if getattr(self, name) > most:
+                raise GenerationError(
+                    f"tree {name} {getattr(self, name)} is over {most}: a verification tree that "
+                    "size would not fit a forward (EAGLE-2 uses top_k 10, depth 6, 60 tokens)"
+                )

@@ -366,3 +366,59 @@ def test_an_output_folder_with_files_draftzoo_did_not_write_is_refused(
     assert [p.name for p in mine.iterdir()] == ["notes.txt"]
     assert (mine / "notes.txt").read_text() == "keep me"
     assert not (tmp_path / "run" / "drafter.work").exists()
+
+
+def test_out_of_range_options_and_malformed_zoos_and_prompt_files(tmp_path, capsys):
+    """Numbers out of range, device names, zoo indexes of the wrong shape or encoding, a
+    prompt file too short to measure: one line each."""
+    from draftzoo.architectures.defaults import recipes_dir
+
+    recipe = str(recipes_dir() / "eagle3" / "testbed-small.yaml")
+    shaped = tmp_path / "shaped"
+    shaped.mkdir()
+    (shaped / "index.json").write_text('{"version": 1, "drafters": [1, 2]}')
+    encoded = tmp_path / "encoded"
+    encoded.mkdir()
+    (encoded / "index.json").write_bytes(b"\xff\xfe\x00")
+    one = tmp_path / "one.jsonl"
+    one.write_text('{"question_id": 1, "turns": ["hi"]}\n')
+    lookup = ["eval", "--prompt-lookup", "--prompts", "1", "--certificate-samples", "0"]
+    cases = [
+        (["zoo", "list", "--zoo", str(shaped)], "not an object of entries"),
+        (["zoo", "list", "--zoo", str(encoded)], "not valid JSON"),
+        ([*lookup, "--prompt-set", str(one)], "eval needs at least 2"),
+        ([*lookup, "--threads", "-2"], "--threads must be >= 0"),
+        ([*lookup, "--seed", "-5"], "seed must be in [0, 2**62)"),
+        ([*lookup, "--device", "tpu"], "not a device name"),
+        (
+            [
+                "generate",
+                "--prompt",
+                "x",
+                "--prompt-lookup",
+                "--min-ngram",
+                "5",
+                "--max-ngram",
+                "2",
+            ],
+            "1 <= min_ngram <= max_ngram",
+        ),
+        (["generate", "--prompt", "x", "--seed", str(10**23)], "seed must be in [0, 2**63)"),
+        (
+            [
+                "generate",
+                "--prompt",
+                "x",
+                "--drafter",
+                "eagle3-testbed-small",
+                "--tree",
+                "--tree-top-k",
+                "100000",
+            ],
+            "tree top_k 100000 is over 256",
+        ),
+        (["train", recipe, "--check", "--set", "train.lr=.nan"], "lr must be a finite number"),
+        (["train", recipe, "--check", "--set", "train.lr=-1"], "lr must be a finite number"),
+    ]
+    for argv, needle in cases:
+        _assert_one_error_line(argv, capsys, needle)

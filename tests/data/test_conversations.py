@@ -106,3 +106,21 @@ def test_token_dataset_reports_truncation_drops_and_caches(tmp_path):
         build_token_dataset(
             DataConfig(source=str(path), strict=True), tokenizer, tmp_path / "cache"
         )
+
+
+def test_undecodable_and_over_nested_lines_are_malformed_rows_not_failures(tmp_path):
+    from draftzoo.data.conversations import RowReport, iter_rows, iter_samples
+
+    good = (
+        '{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}'
+    )
+    path = tmp_path / "rows.jsonl"
+    with path.open("wb") as handle:
+        handle.write((good + "\n").encode())
+        handle.write(b'{"messages": "\xff\xfe"}\n')  # not UTF-8
+        handle.write(("[" * 100_000 + "]" * 100_000 + "\n").encode())  # deeper than json parses
+        handle.write((good + "\n").encode())
+    report = RowReport()
+    samples = list(iter_samples(iter_rows(path), "auto", False, report))
+    assert len(samples) == 2 and report.rows == 4 and sum(report.malformed.values()) == 2
+    assert any("nested too deeply" in reason for reason in report.malformed)

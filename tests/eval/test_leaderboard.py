@@ -124,3 +124,19 @@ def test_readme_families_table_and_leaderboard_are_generated_from_the_zoo():
     assert all(r.certificate and r.certificate["passed"] for r in rows)
     with pytest.raises(ValueError, match="no generated block"):
         leaderboard.replace_block("no markers here", "x")
+
+
+def test_one_unreadable_report_leaves_the_others_ranked(tmp_path, caplog):
+    import shutil
+
+    from draftzoo.architectures.defaults import builtin_zoo_dir
+    from draftzoo.eval.leaderboard import rows_from_zoo
+
+    zoo = tmp_path / "zoo"
+    shutil.copytree(builtin_zoo_dir(), zoo)
+    (zoo / "mtp-testbed-small" / "report.json").write_bytes(b"\xff\xfe")
+    (zoo / "eagle1-testbed-small" / "report.json").write_text("[1, 2]")
+    names = {row.name for row in rows_from_zoo(zoo, "testbed-small")}
+    assert "mtp-testbed-small" not in names and "eagle1-testbed-small" not in names
+    assert "eagle3-testbed-small" in names
+    assert "zoo entry mtp-testbed-small left out" in caplog.text
