@@ -125,9 +125,12 @@ def load_drafter(
             f"a {spec.display_name} drafter drafts chains only; {what} need one of: "
             f"{', '.join(tree_families)}"
         )
-    digest = checkpoint_hash(folder)  # the files about to be read
+    try:
+        digest = checkpoint_hash(folder)  # the files about to be read
+    except DrafterError:
+        digest = None  # a file is missing: the family's loader says which, in its own words
     loaded = _load_module(spec, folder, record, target, tokenizer, request)
-    if checkpoint_hash(folder) != digest:
+    if digest is None or checkpoint_hash(folder) != digest:
         raise DrafterError(f"{folder} changed while it was being loaded; load it again")
     if request.proposal == "tree" and num_speculative_tokens is not None:
         num_speculative_tokens = loaded.tree.depth

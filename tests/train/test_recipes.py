@@ -88,7 +88,8 @@ def test_shipped_medusa_recipes_validate_on_meta(path):
     assert summary["num_heads"] == recipe.medusa.num_heads
     # each head: a residual block (h x h + h) and its own h x V projection
     config = model_config(recipe.target.path)
-    h, v = config.hidden_size, config.vocab_size
+    # the projection covers the draft vocabulary (vLLM's truncated_vocab_size) when one is set
+    h, v = config.hidden_size, recipe.medusa.draft_vocab_size or config.vocab_size
     assert summary["head_parameters"] == recipe.medusa.num_heads * (h * h + h + h * v)
 
 
@@ -99,7 +100,8 @@ def test_shipped_medusa2_recipes_validate_on_meta(path):
     recipe = load_recipe(path)
     summary = check_recipe(recipe)
     config = model_config(recipe.target.path)
-    h, v, layers = config.hidden_size, config.vocab_size, config.num_hidden_layers
+    h, layers = config.hidden_size, config.num_hidden_layers
+    v = recipe.medusa.draft_vocab_size or config.vocab_size
     assert summary["head_parameters"] == recipe.medusa.num_heads * (h * h + h + h * v)
     # LoRA on q, k, v, o, gate, up, down of every layer: r x (in + out) each
     head_dim = getattr(config, "head_dim", None) or h // config.num_attention_heads
