@@ -125,13 +125,7 @@ def load_drafter(
             f"a {spec.display_name} drafter drafts chains only; {what} need one of: "
             f"{', '.join(tree_families)}"
         )
-    try:
-        digest = checkpoint_hash(folder)  # the files about to be read
-    except DrafterError:
-        digest = None  # a file is missing: the family's loader says which, in its own words
-    loaded = _load_module(spec, folder, record, target, tokenizer, request)
-    if digest is None or checkpoint_hash(folder) != digest:
-        raise DrafterError(f"{folder} changed while it was being loaded; load it again")
+    loaded, digest = _load_hashed(spec, folder, record, target, tokenizer, request)
     if request.proposal == "tree" and num_speculative_tokens is not None:
         num_speculative_tokens = loaded.tree.depth
     if hybrid:
@@ -151,6 +145,19 @@ def load_drafter(
         )
     runtime.sha256 = digest
     return runtime
+
+
+def _load_hashed(spec, folder, record, target, tokenizer, request) -> tuple[LoadedDrafter, str]:
+    """The loaded module and the checkpoint hash of the files it was built from (hashed before
+    and after reading them: a folder that changed meanwhile is refused)."""
+    try:
+        digest = checkpoint_hash(folder)  # the files about to be read
+    except DrafterError:
+        digest = None  # a file is missing: the family's loader says which, in its own words
+    loaded = _load_module(spec, folder, record, target, tokenizer, request)
+    if digest is None or checkpoint_hash(folder) != digest:
+        raise DrafterError(f"{folder} changed while it was being loaded; load it again")
+    return loaded, digest
 
 
 def _load_module(spec, folder, record, target, tokenizer, request) -> LoadedDrafter:

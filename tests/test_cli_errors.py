@@ -418,7 +418,7 @@ def test_out_of_range_options_and_malformed_zoos_and_prompt_files(tmp_path, caps
             "tree top_k 100000 is over 256",
         ),
         (["train", recipe, "--check", "--set", "train.lr=.nan"], "lr must be a finite number"),
-        (["train", recipe, "--check", "--set", "train.lr=-1"], "lr must be a finite number"),
+        (["train", recipe, "--check", "--set", "train.lr=-1"], "lr must be a finite number >= 0"),
     ]
     for argv, needle in cases:
         _assert_one_error_line(argv, capsys, needle)

@@ -59,8 +59,8 @@ class TrainConfig:
             raise ValueError(f"unknown tracker(s) {unknown} in log_with; known: tensorboard, wandb")
         if self.keep_checkpoints < 1:
             raise ValueError("keep_checkpoints must be >= 1")
-        if not (math.isfinite(self.lr) and self.lr > 0):
-            raise ValueError(f"lr must be a finite number > 0, got {self.lr}")
+        if not (math.isfinite(self.lr) and self.lr >= 0):
+            raise ValueError(f"lr must be a finite number >= 0, got {self.lr}")
 
 
 @dataclass(frozen=True)
