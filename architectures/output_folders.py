@@ -165,6 +165,22 @@ def replace_dir(
     return output_dir
 
 
+def write_text_atomically(path: Path, text: str) -> None:
+    """Replace the file `path` with `text` whole: written to a fresh temporary file beside it
+    (never through a link of that name), fsynced, then renamed; a failure leaves the old file."""
+    path = Path(path)
+    handle, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(handle, "w") as file:
+            file.write(text)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
 def interrupted_swap(folder: Path) -> Path | None:
     """The old folder a replacement of `folder` killed between its two renames left in an
     `old` scratch folder (a drafter with its record), when `folder` itself is missing."""

@@ -18,7 +18,6 @@ import difflib
 import fcntl
 import json
 import os
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -102,17 +101,10 @@ class ZooIndex:
             self._write(entries)
 
     def _write(self, entries: dict[str, dict[str, Any]]) -> None:
+        from .output_folders import write_text_atomically
+
         payload = {"version": INDEX_VERSION, "drafters": dict(sorted(entries.items()))}
-        fd, tmp = tempfile.mkstemp(prefix=f".{INDEX_FILE}.", dir=self.root)
-        try:
-            with os.fdopen(fd, "w") as handle:
-                handle.write(json.dumps(payload, indent=1) + "\n")
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp, self.file)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_text_atomically(self.file, json.dumps(payload, indent=1) + "\n")
 
 
 def close_names(name: str, names: list[str]) -> list[str]:

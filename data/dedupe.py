@@ -10,12 +10,12 @@ enough that common phrases do not match, short enough that a copied sentence doe
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..architectures.target_store import sha256_of
 from .conversations import RowReport, iter_rows, iter_samples
 
 #: words per window compared
@@ -56,7 +56,7 @@ class TrainingText:
             for message in sample.messages or ({"content": sample.text or ""},):
                 self.add_text(message.get("content") or "")
         path = Path(source)
-        digest = _sha256(path) if path.is_file() else None
+        digest = sha256_of(path) if path.is_file() else None
         self.sources.append({"source": str(source), "sha256": digest, "rows": report.kept})
 
     def overlaps(self, text: str) -> bool:
@@ -66,14 +66,6 @@ class TrainingText:
         if len(tokens) < self.n:
             return tuple(tokens) in self._short
         return any(window in self._windows for window in _windows(tokens, self.n))
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def training_text(sources: Iterable[str], n: int = NGRAM) -> TrainingText:

@@ -15,7 +15,7 @@ import yaml
 from ..architectures.families import display_name
 from .certificate import describe
 from .machine_load import unreliable_sentence
-from .runner import batch_one_breakdown, teacher_forced_breakdown
+from .runner import batch_one_breakdown, heldout_dropped, teacher_forced_breakdown
 
 
 def _article(noun: str) -> str:
@@ -271,16 +271,14 @@ def timing_lines(report: dict[str, Any]) -> list[str]:
 
 def heldout_lines(report: dict[str, Any]) -> list[str]:
     """The held-out check's one line (none when the report has none)."""
-    heldout = report.get("heldout")
-    if not heldout:
+    dropped = heldout_dropped(report)
+    if dropped is None:
         return []
-    sets = "; ".join(
-        f"{name}: {found['overlapping']} of {found['prompts']} overlapping, dropped"
-        for name, found in heldout["sets"].items()
-    )
+    heldout = report["heldout"]
     sources = ", ".join(f"{s['source']} ({s['rows']} rows)" for s in heldout["sources"])
     return [
-        f"- Held out from the training data ({sources}; {heldout['ngram']}-word windows): {sets}.",
+        f"- Held out from the training data ({sources}; {heldout['ngram']}-word windows); "
+        f"prompts overlapping it, dropped: {dropped}.",
         "",
     ]
 

@@ -692,15 +692,21 @@ def teacher_forced_breakdown(report: dict[str, Any]) -> list[tuple[float, str]]:
     ]
 
 
-def _heldout_line(report: dict[str, Any]) -> list[str]:
+def heldout_dropped(report: dict[str, Any]) -> str | None:
+    """Per prompt set, how many prompts overlapped the training data and were dropped
+    ("humaneval 0/164, ..."); None when the report made no held-out check."""
     heldout = report.get("heldout")
     if not heldout:
-        return []
-    dropped = ", ".join(
+        return None
+    return ", ".join(
         f"{name} {found['overlapping']}/{found['prompts']}"
         for name, found in heldout["sets"].items()
     )
-    return [f"heldout   overlapping the training data, dropped: {dropped}"]
+
+
+def _heldout_line(report: dict[str, Any]) -> list[str]:
+    dropped = heldout_dropped(report)
+    return [f"heldout   overlapping the training data, dropped: {dropped}"] if dropped else []
 
 
 def summary_text(report: dict[str, Any]) -> str:

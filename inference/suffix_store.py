@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 
+from ..architectures.output_folders import write_text_atomically
 from .errors import GenerationError
 from .suffix import SuffixCache, SuffixSettings
 
@@ -108,16 +108,7 @@ class SuffixCacheFile(SuffixCache):
             "depth": self.trie.depth,
             "outputs": [list(output) for output in self.held],
         }
-        handle, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", dir=self.path.parent)
-        try:
-            with os.fdopen(handle, "w") as file:
-                file.write(json.dumps(payload))
-                file.flush()
-                os.fsync(file.fileno())
-            os.replace(tmp, self.path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_text_atomically(self.path, json.dumps(payload))
 
 
 def global_cache(settings: SuffixSettings, tokenizer=None) -> SuffixCache:

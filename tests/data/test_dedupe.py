@@ -67,6 +67,10 @@ def test_eval_drops_overlapping_prompts_first_and_counts_them(tmp_path):
     assert record["sets"] == {str(prompts): {"prompts": 6, "overlapping": 1}}
     assert record["ngram"] == 8 and record["sources"][0]["source"] == str(train)
     assert heldout_record(EvalConfig(prompt_sets=(str(prompts),))) is None
+    from draftzoo.eval.model_card import heldout_lines
+
+    (card,) = [line for line in heldout_lines({"heldout": record}) if line]
+    assert f"{prompts} 1/6" in card and "8-word windows" in card and "(1 rows)" in card
 
 
 def test_humaneval_does_not_overlap_the_testbeds_training_pairs():

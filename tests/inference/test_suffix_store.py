@@ -10,7 +10,7 @@ import pytest
 
 from draftzoo.inference.generate import SpeculativeGenerator
 from draftzoo.inference.sampling import SamplingParams
-from draftzoo.inference.suffix import SuffixProposer, SuffixSettings
+from draftzoo.inference.suffix import SuffixProposer
 from draftzoo.inference.suffix_store import SuffixCacheFile, SuffixCacheFileError
 from tests.inference.helpers import PROMPTS
 
@@ -88,4 +88,3 @@ def test_paths_it_cannot_use_are_refused_and_left_alone(target_and_tokenizer, tm
         "draftzoo: error: --suffix-cache keeps suffix decoding's global cache: use it with "
         "--suffix or --hybrid"
     ]
-    assert SuffixSettings(cache_path=str(other)).cache_path == str(other)
