@@ -42,5 +42,5 @@ PY
 fi
 draftzoo regenerate "$RECIPE" --set data.source="$DATA/requests.jsonl" \
   --output "$DATA/train.jsonl" --temperature 0.7 --top-p 0.95 --max-new-tokens 384 \
-  --batch-size 32 --sort-window 8 --seed 0
+  --batch-size 64 --sort-window 4 --seed 0
 echo done
