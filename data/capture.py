@@ -1,13 +1,15 @@
 """Target features for drafter training: online (in the step) or offline (safetensors shards).
 
-Both modes go through `capture_batch`, which runs the target with hooks and casts the states to
-the capture dtype, so the numbers a drafter sees are the same either way. Target logits are
+Both modes go through `capture_batch`, which runs the target with hooks and rounds the states
+through the capture format (`feature_storage.py`: a float dtype, or FP8 with a scale per token),
+so the numbers a drafter sees are the same either way. Target logits are
 never stored: `target_logits` recomputes them from the final post-norm state (HF index N) and
 the target's lm_head, as SpecForge does.
 
-Offline layout (`dir/`): `index.json` (layers in HF convention, dtype, target fingerprint, data
-hash, shards with their sample ranges, token counts and sha256) and `shard-00000.safetensors`…,
-each holding `hidden.<layer>` [tokens, hidden] and `offsets` [samples + 1]. Shards are written
+Offline layout (`dir/`): `index.json` (layers in HF convention, dtype, bytes per token, target
+fingerprint, data hash, shards with their sample ranges, token counts and sha256) and
+`shard-00000.safetensors`…, each holding `hidden.<layer>` [tokens, hidden] (and for FP8
+`scale.<layer>` [tokens]) and `offsets` [samples + 1]. Shards are written
 to a temporary name and renamed, the index is rewritten atomically after each, and a restarted
 capture keeps every shard whose checksum matches.
 """
@@ -26,10 +28,10 @@ import torch
 
 from ..architectures.errors import DraftzooError
 from .batching import Batch, collate
+from .feature_storage import FeatureStorage
 
 logger = logging.getLogger(__name__)
 
-CAPTURE_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 INDEX_FILE = "index.json"
 
 
@@ -43,7 +45,8 @@ class CaptureConfig:
 
     mode: str = "online"  # "online": target forward inside each step; "offline": read shards
     dir: str | None = None  # offline shard folder (written by `draftzoo capture`)
-    dtype: str = "bfloat16"  # dtype features are rounded to, in both modes
+    dtype: str = "bfloat16"  # storage format features are rounded to, in both modes:
+    # bfloat16 | float16 | float32 | float8_e4m3 (a float32 scale per token, ~half of bfloat16)
     shard_samples: int = 512  # samples per offline shard
     batch_size: int = 8  # rows per target forward while capturing offline
 
@@ -52,21 +55,21 @@ class CaptureConfig:
             raise ValueError(f"capture.mode must be 'online' or 'offline', got {self.mode!r}")
         if self.mode == "offline" and not self.dir:
             raise ValueError("capture.dir is required for offline capture")
-        if self.dtype not in CAPTURE_DTYPES:
-            raise ValueError(f"capture.dtype must be one of {sorted(CAPTURE_DTYPES)}")
+        FeatureStorage(self.dtype)
 
     @property
-    def torch_dtype(self) -> torch.dtype:
-        return CAPTURE_DTYPES[self.dtype]
+    def storage(self) -> FeatureStorage:
+        return FeatureStorage(self.dtype)
 
 
 @torch.no_grad()
 def capture_batch(
-    adapter, batch: Batch, layers: Sequence[int], dtype: torch.dtype
+    adapter, batch: Batch, layers: Sequence[int], storage: FeatureStorage
 ) -> dict[int, torch.Tensor]:
-    """Hidden states {HF index: [b, s, h]} of the target on `batch`, rounded to `dtype`."""
+    """Hidden states {HF index: [b, s, h]} of the target on `batch`, rounded through
+    `storage`."""
     out = adapter(**batch.model_inputs(), hidden_indices=layers, compute_logits=False)
-    return {index: out.hidden_states[index].to(dtype) for index in layers}
+    return {index: storage.round(out.hidden_states[index]) for index in layers}
 
 
 def target_logits(adapter, final_hidden: torch.Tensor) -> torch.Tensor:
@@ -78,18 +81,19 @@ def target_logits(adapter, final_hidden: torch.Tensor) -> torch.Tensor:
 class OnlineFeatures:
     """Features computed by the target inside the training step."""
 
-    def __init__(self, adapter, layers: Sequence[int], dtype: torch.dtype) -> None:
+    def __init__(self, adapter, layers: Sequence[int], storage: str) -> None:
         adapter.check_layer_indices(layers)
-        self.adapter, self.layers, self.dtype = adapter, tuple(layers), dtype
+        self.adapter, self.layers = adapter, tuple(layers)
+        self.storage = FeatureStorage(storage)
 
     def __call__(self, batch: Batch) -> dict[int, torch.Tensor]:
-        return capture_batch(self.adapter, batch, self.layers, self.dtype)
+        return capture_batch(self.adapter, batch, self.layers, self.storage)
 
 
-def estimate_bytes(dataset, hidden_size: int, layers: Sequence[int], dtype: torch.dtype) -> int:
-    """Disk space the offline features of `dataset` will take."""
+def estimate_bytes(dataset, hidden_size: int, layers: Sequence[int], storage: str) -> int:
+    """Disk space the offline features of `dataset` will take in format `storage`."""
     tokens = sum(len(ids) for ids in dataset["input_ids"])
-    return tokens * hidden_size * len(layers) * torch.tensor([], dtype=dtype).element_size()
+    return tokens * FeatureStorage(storage).bytes_per_token(hidden_size, layers)
 
 
 def _sha256(path: Path) -> str:
@@ -121,11 +125,12 @@ def capture_offline(
     """
     adapter.check_layer_indices(layers)
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    _claim_capture_dir(out_dir)
     header = {
         "layers": sorted(set(layers)),
         "layer_convention": "hf_hidden_states (index k = input to decoder layer k; N = final norm)",
         "dtype": config.dtype,
+        "bytes_per_token": config.storage.bytes_per_token(adapter.hidden_size, sorted(set(layers))),
         "hidden_size": adapter.hidden_size,
         "target": adapter.fingerprint().to_dict(),
         "data_hash": data_hash,
@@ -134,11 +139,16 @@ def capture_offline(
     }
     index_path = out_dir / INDEX_FILE
     shards = _shards_done(out_dir, index_path, header)
-    need = estimate_bytes(dataset, adapter.hidden_size, header["layers"], config.torch_dtype)
+    if not shards:  # the index claims the folder before any shard is in it
+        _write_json_atomic(index_path, {**header, "shards": shards})
+    need = estimate_bytes(dataset, adapter.hidden_size, header["layers"], config.dtype)
     logger.info(
-        "offline capture: %d samples, layers %s, %.2f GB on disk (%d shard(s) already done)",
+        "offline capture: %d samples, layers %s, %s, %d bytes per token, %.2f GB on disk "
+        "(%d shard(s) already done)",
         len(dataset),
         header["layers"],
+        config.dtype,
+        header["bytes_per_token"],
         need / 1e9,
         len(shards),
     )
@@ -150,9 +160,21 @@ def capture_offline(
         )
         shards.append(_write_shard(out_dir, len(shards), start, stop, tensors))
         _write_json_atomic(index_path, {**header, "shards": shards})
-    if not shards:
-        _write_json_atomic(index_path, {**header, "shards": shards})
     return {**header, "shards": shards}
+
+
+def _claim_capture_dir(out_dir: Path) -> None:
+    """A capture writes into a new or empty folder, or one an earlier capture claimed with its
+    index; never through a symbolic link or among files it did not write."""
+    if out_dir.is_symlink() or (out_dir / INDEX_FILE).is_symlink():
+        raise CaptureError(f"{out_dir}: a symbolic link; name the capture folder itself")
+    if out_dir.exists() and not out_dir.is_dir():
+        raise CaptureError(f"{out_dir} is a file, not a capture folder")
+    if out_dir.is_dir() and not (out_dir / INDEX_FILE).is_file() and any(out_dir.iterdir()):
+        raise CaptureError(
+            f"{out_dir} holds files no capture wrote (no {INDEX_FILE}); name a new or empty folder"
+        )
+    out_dir.mkdir(parents=True, exist_ok=True)
 
 
 def _shards_done(out_dir: Path, index_path: Path, header: dict) -> list[dict]:
@@ -161,7 +183,8 @@ def _shards_done(out_dir: Path, index_path: Path, header: dict) -> list[dict]:
     if not index_path.is_file():
         return []
     existing = json.loads(index_path.read_text())
-    if {k: existing.get(k) for k in header} != header:
+    identity = {k: v for k, v in header.items() if k != "bytes_per_token"}  # derived
+    if {k: existing.get(k) for k in identity} != identity:
         raise CaptureError(
             f"{out_dir} holds a capture of other data, layers or target; use another dir"
         )
@@ -193,20 +216,24 @@ def _write_shard(out_dir: Path, number: int, start: int, stop: int, tensors: dic
 
 
 def _capture_range(adapter, dataset, start, stop, layers, config, pad_token_id):
-    pieces: dict[int, list[torch.Tensor]] = {layer: [] for layer in layers}
+    storage = config.storage
+    pieces: dict[str, list[torch.Tensor]] = {}
     lengths = []
     for lo in range(start, stop, config.batch_size):
         rows = [dataset[i] for i in range(lo, min(lo + config.batch_size, stop))]
         batch = collate(rows, pad_token_id)
-        states = capture_batch(adapter, batch, layers, config.torch_dtype)
+        with torch.no_grad():
+            out = adapter(**batch.model_inputs(), hidden_indices=layers, compute_logits=False)
         for b, row in enumerate(rows):
             n = len(row["input_ids"])
             lengths.append(n)
             for layer in layers:
-                pieces[layer].append(states[layer][b, :n].contiguous())
+                encoded = storage.encode(out.hidden_states[layer][b, :n])
+                for part, tensor in encoded.items():
+                    pieces.setdefault(f"{part}.{layer}", []).append(tensor.contiguous())
     offsets = torch.zeros(len(lengths) + 1, dtype=torch.long)
     offsets[1:] = torch.cumsum(torch.tensor(lengths), 0)
-    tensors = {f"hidden.{layer}": torch.cat(pieces[layer]) for layer in layers}
+    tensors = {key: torch.cat(parts) for key, parts in pieces.items()}
     tensors["offsets"] = offsets
     return tensors
 
@@ -232,7 +259,7 @@ class OfflineFeatures:
                 "rerun `draftzoo capture` to finish it"
             )
         self.layers = tuple(layers)
-        self.dtype = CAPTURE_DTYPES[self.index["dtype"]]
+        self.storage = FeatureStorage(self.index["dtype"])
         self._handles: dict[str, object] = {}
 
     def check(self, fingerprint, data_hash: str) -> None:
@@ -252,7 +279,9 @@ class OfflineFeatures:
         from safetensors import safe_open
 
         if name not in self._handles:
-            self._handles[name] = safe_open(str(self.dir / name), framework="pt")
+            handle = safe_open(str(self.dir / name), framework="pt")
+            self.storage.check_shard(handle, name, self.layers)
+            self._handles[name] = handle
         return self._handles[name]
 
     def _locate(self, index: int) -> tuple[dict, int]:
@@ -264,7 +293,7 @@ class OfflineFeatures:
     def __call__(self, batch: Batch) -> dict[int, torch.Tensor]:
         b, width = batch.input_ids.shape
         out = {
-            layer: torch.zeros(b, width, self.index["hidden_size"], dtype=self.dtype)
+            layer: torch.zeros(b, width, self.index["hidden_size"], dtype=self.storage.read_dtype)
             for layer in self.layers
         }
         for row, index in enumerate(batch.indices.tolist()):
@@ -273,5 +302,7 @@ class OfflineFeatures:
             offsets = handle.get_slice("offsets")
             lo, hi = (int(v) for v in offsets[local : local + 2])
             for layer in self.layers:
-                out[layer][row, : hi - lo] = handle.get_slice(f"hidden.{layer}")[lo:hi]
+                scale = handle.get_slice(f"scale.{layer}")[lo:hi] if self.storage.is_fp8 else None
+                hidden = handle.get_slice(f"hidden.{layer}")[lo:hi]
+                out[layer][row, : hi - lo] = self.storage.decode(hidden, scale)
         return {layer: t.to(batch.input_ids.device) for layer, t in out.items()}

@@ -245,7 +245,10 @@ def _capture(args: argparse.Namespace) -> int:
     recipe = load_recipe(args.recipe, args.set)
     out_dir = Path(args.dir) if args.dir else None
     summary = capture_for_recipe(recipe, out_dir, args.layer, announce=print)
-    print(f"captured {summary.rows} rows in {summary.shards} shard(s)")
+    print(
+        f"captured {summary.rows} rows in {summary.shards} shard(s), "
+        f"{summary.bytes_per_token} bytes per token"
+    )
     return 0
 
 

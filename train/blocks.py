@@ -153,7 +153,7 @@ def _set_up(recipe, output_dir: Path, work_dir: Path, cache_dir: Path) -> Run:
     dataset, heldout = split_heldout(dataset, recipe.data.heldout_rows)
     layers = recipe.capture_layers(target.num_layers)
     if recipe.capture.mode == "online":
-        features = OnlineFeatures(target, layers, recipe.capture.torch_dtype)
+        features = OnlineFeatures(target, layers, recipe.capture.dtype)
     else:
         features = OfflineFeatures(Path(recipe.capture.dir), layers)
         features.check(target.fingerprint(), data_hash)
@@ -353,6 +353,31 @@ def own_weights(model, state_dict: dict) -> dict:
     return {k: v for k, v in state_dict.items() if k in kept}
 
 
+def cost_figures(run: Run, outcome: Outcome) -> dict[str, Any]:
+    """What the run cost: supervised tokens per second (all processes), this process's peak
+    memory (CUDA: allocated by torch; CPU: resident set) and the capture's storage."""
+    seconds = outcome.progress.train_seconds
+    device = run.accelerator.device
+    if device.type == "cuda":
+        peak, kind = torch.cuda.max_memory_allocated(device), "cuda allocated"
+    else:
+        import resource
+
+        peak, kind = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "process RSS"
+    capture = run.recipe.capture
+    layers = run.recipe.capture_layers(run.target.num_layers)
+    per_token = capture.storage.bytes_per_token(run.target.hidden_size, layers)
+    return {
+        "supervised_tokens_per_second": round(
+            outcome.progress.supervised_tokens / seconds if seconds > 0 else 0.0, 1
+        ),
+        "peak_memory_mb": round(peak / 2**20, 1),
+        "peak_memory_kind": kind,
+        "capture": f"{capture.mode}, {capture.dtype}, {per_token} bytes per token"
+        + (" (nothing stored)" if capture.mode == "online" else ""),
+    }
+
+
 def export_drafter(
     run: Run,
     model,
@@ -381,6 +406,7 @@ def export_drafter(
             "final_loss": outcome.metrics.get("train/loss", float("nan")),
             **training,
             "train_seconds": round(outcome.progress.train_seconds, 1),
+            **cost_figures(run, outcome),
             "mixed_precision": accelerator.mixed_precision,
             "num_processes": accelerator.num_processes,
             "distributed_type": str(accelerator.distributed_type),

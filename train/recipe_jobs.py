@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ..architectures.config_io import ConfigError
 from ..architectures.defaults import target_location
-from ..data.capture import CaptureConfig, capture_offline, estimate_bytes
+from ..data.capture import capture_offline, estimate_bytes
 from ..data.conversations import RowReport
 from ..data.regenerate import RegenerateConfig, regenerate
 from .distributed import partial_state
@@ -60,6 +60,7 @@ class CaptureSummary:
     shards: int
     layers: tuple[int, ...]
     estimated_bytes: int  # the disk estimate made before capturing
+    bytes_per_token: int  # on disk, every layer (and FP8 scales) included
     out_dir: Path
 
 
@@ -83,15 +84,17 @@ def capture_for_recipe(
     )
     layers = sorted(set(layers or recipe.capture_layers(target.num_layers)))
     config = replace(recipe.capture, mode="offline", dir=str(out_dir))
-    need = estimate_bytes(
-        dataset, target.hidden_size, layers, CaptureConfig(dtype=config.dtype).torch_dtype
-    )
+    need = estimate_bytes(dataset, target.hidden_size, layers, config.dtype)
+    per_token = config.storage.bytes_per_token(target.hidden_size, layers)
     announce(f"data: {report.summary()}")
     announce(
-        f"disk estimate: {need / 1e9:.3f} GB for {len(dataset)} rows, layers {layers} -> {out_dir}"
+        f"disk estimate: {need / 1e9:.3f} GB for {len(dataset)} rows, layers {layers}, "
+        f"{config.dtype}, {per_token} bytes per token -> {out_dir}"
     )
     index = capture_offline(
         target, dataset, layers, out_dir, config, data_hash, target.tokenizer.pad_token_id or 0
     )
     rows = sum(shard["count"] for shard in index["shards"])
-    return CaptureSummary(report, rows, len(index["shards"]), tuple(layers), need, out_dir)
+    return CaptureSummary(
+        report, rows, len(index["shards"]), tuple(layers), need, per_token, out_dir
+    )

@@ -72,7 +72,7 @@ def _batch_and_loss(recipe, tmp_path, **dflash):
     dataset, _, _ = build_token_dataset(recipe.data, target.tokenizer, tmp_path / "cache")
     batch = collate([dataset[i] for i in range(2)], target.tokenizer.pad_token_id or 0)
     layers = sorted({*drafter.taps, target.num_layers})
-    loss = DflashLoss(config, drafter, target, OnlineFeatures(target, layers, torch.float32), 0)
+    loss = DflashLoss(config, drafter, target, OnlineFeatures(target, layers, "float32"), 0)
     return target, drafter, batch, loss
 
 

@@ -56,6 +56,13 @@ def test_eagle3_trains_exports_and_loads_back(testbed_tiny, chat, tmp_path):
     assert 0 < result.final_loss < 50 and result.supervised_tokens > 0
     assert result.data_passes > 0
     assert training["data_passes"] == pytest.approx(result.data_passes, abs=1e-4)
+    seconds = training["train_seconds"]  # rounded to 0.1 s
+    rate = training["supervised_tokens_per_second"]
+    assert result.supervised_tokens / (seconds + 0.05) <= rate
+    assert rate <= result.supervised_tokens / max(seconds - 0.05, 1e-3)
+    assert training["peak_memory_mb"] > 0 and training["peak_memory_kind"] == "process RSS"
+    per_token = 3 * target.hidden_size * 2  # taps 0, 1 and the final state 2, bf16
+    assert training["capture"] == f"online, bfloat16, {per_token} bytes per token (nothing stored)"
     weights = load_file(folder / "model.safetensors")
     assert weights["d2t"].dtype == torch.int64 and weights["d2t"].shape == (200,)
     assert weights["t2d"].dtype == torch.bool and int(weights["t2d"].sum()) == 200
@@ -354,7 +361,7 @@ def test_first_step_accuracy_splits_into_repeated_and_fresh_tokens(
         mask = [0, 0] + [1] * (sum(lengths) - 2)
         rows.append({"input_ids": ids, "loss_mask": mask, "lengths": lengths, "index": index})
     batch = collate(rows, pad_token_id=0)
-    states = OnlineFeatures(target, recipe.capture_layers(target.num_layers), torch.float32)(batch)
+    states = OnlineFeatures(target, recipe.capture_layers(target.num_layers), "float32")(batch)
     with torch.no_grad():
         _, stats = eagle_loss_sums(recipe.eagle, drafter, drafter, target, states, batch)
     repeated, fresh, overall = stats["acc_0_repeated"], stats["acc_0_fresh"], stats["acc_0"]

@@ -67,7 +67,7 @@ def test_loss_is_lambda_over_depth_times_each_depths_cross_entropy(testbed_tiny,
 
     dataset, _, _ = build_token_dataset(recipe.data, target.tokenizer, tmp_path / "cache")
     batch = collate([dataset[i] for i in range(2)], target.tokenizer.pad_token_id or 0)
-    features = OnlineFeatures(target, [target.num_layers], torch.float32)
+    features = OnlineFeatures(target, [target.num_layers], "float32")
     loss = MtpLoss(recipe.mtp, target, features)
     total, stats = loss(drafter, batch, loss.teacher(batch))
     # direct: unroll by hand on each row alone (no padding), depth k reading depth k - 1
