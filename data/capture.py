@@ -262,9 +262,15 @@ class OfflineFeatures:
         self.storage = FeatureStorage(self.index["dtype"])
         self._handles: dict[str, object] = {}
 
-    def check(self, fingerprint, data_hash: str) -> None:
-        """Refuse features of another target or dataset."""
+    def check(self, fingerprint, data_hash: str, storage: str) -> None:
+        """Refuse features of another target, dataset or storage format than the recipe's."""
         from ..architectures.target import TargetFingerprint
+
+        if self.storage.name != storage:
+            raise CaptureError(
+                f"{self.dir} holds {self.storage.name} states, the recipe's capture.dtype is "
+                f"{storage}; set capture.dtype={self.storage.name} or capture again"
+            )
 
         TargetFingerprint.from_dict(self.index["target"]).require_match(
             fingerprint, what="offline capture"

@@ -71,12 +71,15 @@ def source_hash(source: str, split: str) -> str:
 
 
 def data_key(config: DataConfig, tokenizer) -> str:
-    """The cache key and `data_hash`: source content, tokenizer and settings."""
+    """The cache key and `data_hash`: source content, tokenizer and the settings that shape the
+    rows (not `heldout_rows`, which only splits them: recipes that hold out differently share
+    one tokenized dataset and one offline capture)."""
+    shaping = {k: v for k, v in to_dict(config).items() if k not in ("source", "heldout_rows")}
     payload = {
         "source": source_hash(config.source, config.split),
         "tokenizer": tokenizer_hash(tokenizer),
         "template": getattr(tokenizer, "chat_template", None),
-        "config": {k: v for k, v in to_dict(config).items() if k != "source"},
+        "config": shaping,
     }
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 

@@ -156,7 +156,7 @@ def _set_up(recipe, output_dir: Path, work_dir: Path, cache_dir: Path) -> Run:
         features = OnlineFeatures(target, layers, recipe.capture.dtype)
     else:
         features = OfflineFeatures(Path(recipe.capture.dir), layers)
-        features.check(target.fingerprint(), data_hash)
+        features.check(target.fingerprint(), data_hash, recipe.capture.dtype)
     return Run(
         recipe,
         accelerator,

@@ -47,7 +47,9 @@ def test_online_and_offline_features_give_the_same_loss(setup):
     ) == len(dataset)
     assert index["shards"][-1]["tokens"] > 0 and len(index["shards"][0]["sha256"]) == 64
     offline = OfflineFeatures(tmp / "shards", layers)
-    offline.check(target.fingerprint(), key)
+    offline.check(target.fingerprint(), key, "bfloat16")
+    with pytest.raises(CaptureError, match="holds bfloat16 states"):
+        offline.check(target.fingerprint(), key, "float8_e4m3")
     online = OnlineFeatures(target, layers, "bfloat16")
     batch = collate([dataset[i] for i in (7, 2, 13)], 0)  # another grouping than at capture
     got, want = offline(batch), online(batch)
@@ -91,9 +93,9 @@ def test_offline_features_refuse_other_targets_data_and_layers(setup):
     features = OfflineFeatures(out, [target.num_layers])
     other = replace(target.fingerprint(), hidden_size=4096)
     with pytest.raises(FingerprintMismatchError, match="hidden_size: 64 != 4096"):
-        features.check(other, key)
+        features.check(other, key, "bfloat16")
     with pytest.raises(CaptureError, match="captured from data"):
-        features.check(target.fingerprint(), "0" * 16)
+        features.check(target.fingerprint(), "0" * 16, "bfloat16")
     with pytest.raises(CaptureError, match="not \\[0\\]"):
         OfflineFeatures(out, [0])
     index = json.loads((out / "index.json").read_text())
@@ -174,3 +176,13 @@ def test_fp8_needs_a_torch_with_float8(monkeypatch):
         CaptureConfig(dtype="float8_e4m3")
     with pytest.raises(FeatureStorageError, match="must be one of"):
         CaptureConfig(dtype="int8")
+
+
+def test_recipes_holding_out_rows_share_the_data_hash_and_capture(setup):
+    """`heldout_rows` only splits the rows: Medusa's recipes (128 held out) train from the
+    capture an EAGLE recipe of the same data wrote; settings that shape rows change the hash."""
+    from draftzoo.data.token_dataset import data_key
+
+    _tmp, recipe, target, _dataset, key = setup
+    assert data_key(replace(recipe.data, heldout_rows=3), target.tokenizer) == key
+    assert data_key(replace(recipe.data, max_length=128), target.tokenizer) != key
