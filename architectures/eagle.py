@@ -395,12 +395,12 @@ class EagleDrafter(nn.Module):
         positions: torch.Tensor,  # [b, s]
         allowed: torch.Tensor,  # [b, 1, s, s] bool: step-0 attention pattern
         select: list[torch.Tensor],  # per step, [b, s] bool: positions to return
-    ) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """Per unrolled step j < len(select): (hidden [n_j, h], logits [n_j, draft vocab]) at
-        the selected positions."""
+    ) -> list[torch.Tensor]:
+        """Per unrolled step j < len(select): the outputs [n_j, h] at the selected positions
+        (the loss projects them with `logits`, a chunk of rows at a time)."""
         g0 = self.fuse(states)
         outputs = self.ttt_unroll(input_ids, g0, positions, allowed, len(select))
-        return [(h[keep], self.logits(h[keep])) for h, keep in zip(outputs, select, strict=True)]
+        return [h[keep] for h, keep in zip(outputs, select, strict=True)]
 
     def extend(
         self,

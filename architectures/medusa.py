@@ -132,16 +132,25 @@ class MedusaHeads(nn.Module):
     ) -> torch.Tensor | list[torch.Tensor]:
         """Logits [heads, ..., V] of the first `heads` heads (all by default) on one state
         tensor [..., h]; or, given a list of K tensors (training: each head's own positions),
-        the list of each head's logits on its own tensor over the draft vocabulary [n, V']."""
+        each head's states [n, h] before its vocabulary projection (`project`, which the loss
+        runs a chunk of rows at a time)."""
         if isinstance(hidden, (list, tuple)):
-            return [self.draft_logits(k, states) for k, states in enumerate(hidden)]
+            return [self.head_states(k, states) for k, states in enumerate(hidden)]
         count = self.num_heads if heads is None else heads
         return torch.stack([self.head_logits(k, hidden) for k in range(count)])
+
+    def head_states(self, k: int, hidden: torch.Tensor) -> torch.Tensor:
+        """Head k's block output [..., h] (what its projection reads)."""
+        return self.blocks[k](hidden.to(self.lm_heads[k].weight.dtype))
+
+    def project(self, k: int, states: torch.Tensor) -> torch.Tensor:
+        """Head k's logits [..., V'] over its draft vocabulary from its block output."""
+        return self.lm_heads[k](states)
 
     def draft_logits(self, k: int, hidden: torch.Tensor) -> torch.Tensor:
         """Logits [..., V'] of head k over its draft vocabulary (0-based: head 0 predicts two
         tokens ahead)."""
-        return self.lm_heads[k](self.blocks[k](hidden.to(self.lm_heads[k].weight.dtype)))
+        return self.project(k, self.head_states(k, hidden))
 
     def head_logits(self, k: int, hidden: torch.Tensor) -> torch.Tensor:
         """Logits [..., V] of head k over the target's vocabulary (-inf off the draft one)."""

@@ -191,16 +191,17 @@ class MtpDrafter(nn.Module):
         positions: torch.Tensor,  # [b, s]
         allowed: torch.Tensor,  # [b, 1, s, s] bool: causal within each packed sample
         select: list[torch.Tensor],  # per depth, [b, s] bool: positions to return
-    ) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """Per depth k: (hidden [n_k, h], logits [n_k, V]) at the selected positions. Depth k
-        reads depth k - 1's own outputs (training-time unrolling), never the target's."""
+    ) -> list[torch.Tensor]:
+        """Per depth k: the outputs [n_k, h] at the selected positions (the loss projects them
+        with `logits`, a chunk of rows at a time). Depth k reads depth k - 1's own outputs
+        (training-time unrolling), never the target's."""
         from .eagle import shift
 
         outputs = []
         previous = states
         for k, keep in enumerate(select):
             previous = self.module(k, shift(input_ids, k + 1), previous, positions + k, allowed)
-            outputs.append((previous[keep], self.logits(previous[keep])))
+            outputs.append(previous[keep])
         return outputs
 
 

@@ -82,7 +82,14 @@ def run(recipe: DflashRecipe) -> TrainResult:
         run.accelerator, drafter.to(run.accelerator.device), recipe.train
     )
     module = run.accelerator.unwrap_model(drafter)
-    loss = DflashLoss(recipe.dflash, module, run.target, run.features, recipe.train.seed)
+    loss = DflashLoss(
+        recipe.dflash,
+        module,
+        run.target,
+        run.features,
+        recipe.train.seed,
+        recipe.train.loss_chunk_rows,
+    )
     outcome = train_steps(run, drafter, optimizer, scheduler, loss)
     accuracies = loss.accuracies(outcome.metrics)
     training = {

@@ -26,6 +26,7 @@ import torch.nn.functional as F
 
 from ..architectures.acceptance_length import simulated_acceptance_length
 from ..data.capture import target_logits
+from .chunked_loss import rowwise
 from .eagle_losses import real_positions, soft_ce
 
 
@@ -99,9 +100,11 @@ class DflashLoss:
 
     shown: ClassVar[dict[str, str]] = {"train/acc_1": "acc1", "train/block_tau": "tau"}
 
-    def __init__(self, config, module, target, features, seed: int) -> None:
+    def __init__(
+        self, config, module, target, features, seed: int, chunk: int | None = None
+    ) -> None:
         self.config, self.module, self.target, self.features = config, module, target, features
-        self.seed, self.step = seed, 0
+        self.seed, self.step, self.chunk = seed, 0, chunk
         self.weights = config.slot_weights()
         self._plans: dict[int, tuple[object, BlockPlan]] = {}
 
@@ -140,23 +143,28 @@ class DflashLoss:
         slot = torch.arange(1, module.block_size, device=keep.device).expand_as(keep)
         rows = torch.arange(b, device=keep.device)[:, None, None].expand_as(keep)[keep]
         labels_at = (plan.anchors[..., None] + slot)[keep]
-        logits = module.logits(hidden[keep]).float()
-        final = states[self.target.num_layers]
-        teacher = target_logits(self.target, final[rows, labels_at - 1])
-        if self.config.token_loss == "ce":
-            losses = soft_ce(logits, torch.softmax(teacher, dim=-1))
-        else:
-            labels = batch.input_ids[rows, labels_at]
-            losses = F.cross_entropy(logits, labels, reduction="none")
+        final = states[self.target.num_layers][rows, labels_at - 1]
+        labels = batch.input_ids[rows, labels_at]
+        losses, agree = rowwise(self._slot_loss, (hidden[keep], final, labels), self.chunk)
         weights = self.weights.to(losses.device)[slot[keep] - 1]
-        return (losses * weights).sum(), self._stats(plan, logits, teacher, losses, slot)
+        return (losses * weights).sum(), self._stats(plan, agree, losses, slot)
 
-    def _stats(self, plan: BlockPlan, logits, teacher, losses, slot) -> dict[str, torch.Tensor]:
+    def _slot_loss(self, hidden, final, labels) -> tuple[torch.Tensor, torch.Tensor]:
+        """(loss, agreement with the target's argmax) of drafted slots, per slot."""
+        logits = self.module.logits(hidden).float()
+        with torch.no_grad():
+            teacher = target_logits(self.target, final)
+            agree = logits.argmax(-1) == teacher.argmax(-1)
+        if self.config.token_loss == "ce":
+            return soft_ce(logits, torch.softmax(teacher, dim=-1)), agree
+        return F.cross_entropy(logits, labels, reduction="none"), agree
+
+    def _stats(self, plan: BlockPlan, agree, losses, slot) -> dict[str, torch.Tensor]:
         """Each slot's agreement and loss, and the blocks' greedy acceptance length."""
         keep = plan.slots
         with torch.no_grad():
             hits = torch.zeros_like(keep)
-            hits[keep] = logits.argmax(-1) == teacher.argmax(-1)
+            hits[keep] = agree
             stats = {}
             for i in range(1, self.module.block_size):
                 mine = slot[keep] == i

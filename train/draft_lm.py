@@ -124,7 +124,7 @@ def run(recipe: DraftLMRecipe) -> TrainResult:
     with whole_weights(run.accelerator):
         draft = build_draft_lm(recipe.draft, run.target.model)
     draft, optimizer, scheduler = prepare_model(run.accelerator, draft, recipe.train)
-    loss = DraftLMLoss(recipe.distill, run.target, run.features)
+    loss = DraftLMLoss(recipe.distill, run.target, run.features, recipe.train.loss_chunk_rows)
     outcome = train_steps(run, draft, optimizer, scheduler, loss)
     agreement = outcome.metrics.get("train/top1_agreement", float("nan"))
     export_drafter(

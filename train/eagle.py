@@ -105,7 +105,7 @@ def run(recipe: EagleRecipe) -> TrainResult:
         run.accelerator, _build(recipe, run), recipe.train
     )
     module = run.accelerator.unwrap_model(drafter)
-    loss = EagleLoss(recipe.eagle, module, run.target, run.features)
+    loss = EagleLoss(recipe.eagle, module, run.target, run.features, recipe.train.loss_chunk_rows)
     outcome = train_steps(run, drafter, optimizer, scheduler, loss)
     accuracies = loss.accuracies(outcome.metrics)
     training = {

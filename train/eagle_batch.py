@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import ClassVar
 
 import torch
@@ -20,13 +21,13 @@ from .eagle_losses import (
 )
 
 
-def eagle_loss_sums(config, drafter, module, target, states, batch, split_repeats=True):
+def eagle_loss_sums(config, drafter, module, target, states, batch, split_repeats=True, chunk=None):
     """Summed loss and stats {name: [sum, count]} for one micro-batch. `config` is the recipe's
     `EagleConfig`, `drafter` the (possibly DDP/DeepSpeed-wrapped) model to call, `module` the
     bare drafter; `split_repeats` adds the first step's repeated/fresh accuracy (only logged
-    steps need it)."""
+    steps need it); `chunk`: rows projected to the vocabulary at once."""
     final = states[target.num_layers]
-    logits = target_logits(target, final)
+    teacher_head = partial(target_logits, target)
     clean = torch.cat([states[layer] for layer in module.layers], dim=-1)
     clean = clean.to(module.fc.weight.dtype)
     fused = noisy(clean, config.feature_noise, drafter.training)
@@ -37,7 +38,16 @@ def eagle_loss_sums(config, drafter, module, target, states, batch, split_repeat
     if split_repeats:
         repeated = ahead(repeated_bigrams(batch.input_ids, batch.position_ids), 2, select[0])
     if config.kind == "eagle1":
-        return eagle1_loss_sums(outputs, select[0], final, logits, config.token_loss, repeated)
+        return eagle1_loss_sums(
+            outputs,
+            select[0],
+            final,
+            module.logits,
+            teacher_head,
+            config.token_loss,
+            repeated,
+            chunk,
+        )
     g0 = None
     if config.feature_weight:
         with torch.no_grad():
@@ -45,7 +55,9 @@ def eagle_loss_sums(config, drafter, module, target, states, batch, split_repeat
     return eagle3_loss_sums(
         outputs,
         select,
-        logits,
+        final,
+        module.logits,
+        teacher_head,
         module.d2t,
         module.t2d,
         config.ttt_decay,
@@ -53,9 +65,9 @@ def eagle_loss_sums(config, drafter, module, target, states, batch, split_repeat
         feature_weight=config.feature_weight,
         token_loss=config.token_loss,
         repeated=repeated,
-        final=final if config.final_feature_weight else None,
         head_norm=target.final_norm if config.final_feature_weight else None,
         final_feature_weight=config.final_feature_weight,
+        chunk=chunk,
     )
 
 
@@ -64,8 +76,9 @@ class EagleLoss:
 
     shown: ClassVar[dict[str, str]] = {"train/acc_0": "acc0", "train/acc_0_repeated": "repeated"}
 
-    def __init__(self, config, module, target, features) -> None:
+    def __init__(self, config, module, target, features, chunk: int | None = None) -> None:
         self.config, self.module, self.target, self.features = config, module, target, features
+        self.chunk = chunk  # rows projected to the vocabulary at once
 
     def supervised(self, batch) -> torch.Tensor:
         return real_positions(batch, 2).sum()
@@ -75,7 +88,9 @@ class EagleLoss:
         return self.features(batch)
 
     def __call__(self, drafter, batch, states, logs: bool = True):
-        return eagle_loss_sums(self.config, drafter, self.module, self.target, states, batch, logs)
+        return eagle_loss_sums(
+            self.config, drafter, self.module, self.target, states, batch, logs, self.chunk
+        )
 
     def accuracies(self, metrics: dict[str, float]) -> list[float]:
         """Each training-time-test step's top-1 accuracy (NaN before the first log)."""

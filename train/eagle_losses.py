@@ -25,11 +25,14 @@ is exactly what a token drafted at T = 1 loses; EAGLE-3 then scores every real p
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 
 from ..architectures.eagle import shift
 from ..data.batching import Batch
+from .chunked_loss import rowwise
 
 Stats = dict[str, torch.Tensor]  # name -> [sum, count]
 
@@ -94,25 +97,33 @@ def split_by_repeats(correct: torch.Tensor, repeated: torch.Tensor | None) -> St
 
 
 def eagle1_loss_sums(
-    outputs: list[tuple[torch.Tensor, torch.Tensor]],  # the drafter's forward, one step
+    outputs: list[torch.Tensor],  # the drafter's forward, one step: [n, h]
     keep: torch.Tensor,  # [b, s] bool: the positions `outputs` holds
     final: torch.Tensor,  # [b, s, h] target final post-norm states
-    target_logits: torch.Tensor,  # [b, s, V]
+    head: Callable[[torch.Tensor], torch.Tensor],  # the drafter's states -> logits
+    teacher_head: Callable[[torch.Tensor], torch.Tensor],  # final states -> target logits
     token_loss: str = "ce",
     repeated: torch.Tensor | None = None,  # [n] bool at `keep`: x_{t+2} repeats a bigram
+    chunk: int | None = None,  # rows projected to the vocabulary at once
 ) -> tuple[torch.Tensor, Stats]:
     """Summed EAGLE-1 loss: SmoothL1 to the next feature + 0.1 x soft CE (or, with
     `token_loss="tvd"`, the rejection probability); stats (with `repeated`, the top-1
     accuracy split by `split_by_repeats`)."""
-    ((hidden, logits),) = outputs
-    want_feature = ahead(final, 1, keep).float()
-    probs = torch.softmax(ahead(target_logits, 1, keep).float(), dim=-1)
-    feature = F.smooth_l1_loss(hidden.float(), want_feature, reduction="none").mean(-1)
-    tokens = rejection(logits, probs) if token_loss == "tvd" else soft_ce(logits, probs)
+    (hidden,) = outputs
+    want_feature = ahead(final, 1, keep)
+    feature = F.smooth_l1_loss(hidden.float(), want_feature.float(), reduction="none").mean(-1)
+
+    def token_rows(h: torch.Tensor, f: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        logits = head(h)
+        with torch.no_grad():
+            probs = torch.softmax(teacher_head(f).float(), dim=-1)
+            correct = logits.argmax(-1) == probs.argmax(-1)
+        tokens = rejection(logits, probs) if token_loss == "tvd" else soft_ce(logits, probs)
+        return tokens, correct
+
+    tokens, correct = rowwise(token_rows, (hidden, want_feature), chunk)
     loss = feature.sum() + 0.1 * tokens.sum()
     count = keep.sum().to(loss.dtype)
-    with torch.no_grad():
-        correct = logits.argmax(-1) == probs.argmax(-1)
     stats = {
         "feature_loss": torch.stack([feature.detach().sum(), count]),
         "acc_0": torch.stack([correct.sum().to(loss.dtype), count]),
@@ -131,13 +142,13 @@ def feature_alignment(hidden: torch.Tensor, wanted: torch.Tensor) -> torch.Tenso
 
 
 def _token_loss(logits, target, wanted, t2d, token_loss: str) -> torch.Tensor:
-    """One step's token loss summed over its positions: the soft CE against the target's
-    distribution over the draft vocabulary (positions whose target argmax it holds), or with
+    """One step's token loss per position: the soft CE against the target's distribution over
+    the draft vocabulary (0 where the target's argmax is outside it), or with
     `token_loss="tvd"` the rejection probability."""
     if token_loss == "tvd":
-        return rejection(logits, torch.softmax(target, dim=-1)[:, t2d]).sum()
+        return rejection(logits, torch.softmax(target, dim=-1)[:, t2d])
     ce = soft_ce(logits, torch.softmax(target[:, t2d], dim=-1))
-    return ce[t2d[wanted]].sum()
+    return torch.where(t2d[wanted], ce, torch.zeros_like(ce))
 
 
 def _final_regression(hidden, wanted_state, head_norm) -> torch.Tensor:
@@ -148,9 +159,11 @@ def _final_regression(hidden, wanted_state, head_norm) -> torch.Tensor:
 
 
 def eagle3_loss_sums(
-    outputs: list[tuple[torch.Tensor, torch.Tensor]],  # the drafter's forward, per TTT step
+    outputs: list[torch.Tensor],  # the drafter's forward, per TTT step: [n_j, h]
     select: list[torch.Tensor],  # per step, [b, s] bool: the positions of outputs[j]
-    target_logits: torch.Tensor,  # [b, s, V]
+    final: torch.Tensor,  # [b, s, h] target final post-norm states
+    head: Callable[[torch.Tensor], torch.Tensor],  # the drafter's states -> draft logits
+    teacher_head: Callable[[torch.Tensor], torch.Tensor],  # final states -> target logits
     d2t: torch.Tensor,  # [draft vocab] target id offsets
     t2d: torch.Tensor,  # [V] bool: target ids in the draft vocabulary
     decay: float,
@@ -158,9 +171,9 @@ def eagle3_loss_sums(
     feature_weight: float = 0.0,
     token_loss: str = "ce",
     repeated: torch.Tensor | None = None,  # [n_0] bool at select[0]: x_{t+2} repeats a bigram
-    final: torch.Tensor | None = None,  # [b, s, h] target final post-norm states, for the aux
     head_norm: torch.nn.Module | None = None,  # the target's final norm, for the aux loss
     final_feature_weight: float = 0.0,
+    chunk: int | None = None,  # rows projected to the vocabulary at once
 ) -> tuple[torch.Tensor, Stats]:
     """Summed sum_j decay^j x (the soft CE over the draft vocabulary — with
     `token_loss="tvd"`, the rejection probability instead — + `feature_weight` x the feature
@@ -169,16 +182,25 @@ def eagle3_loss_sums(
     `split_by_repeats`)."""
     if feature_weight and fused is None:
         raise ValueError("feature_weight needs the fused states")
-    if final_feature_weight and (final is None or head_norm is None):
-        raise ValueError("final_feature_weight needs the final states and the target's norm")
-    loss = torch.zeros((), device=target_logits.device)
+    if final_feature_weight and head_norm is None:
+        raise ValueError("final_feature_weight needs the target's final norm")
+
+    def token_rows(h: torch.Tensor, f: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        logits = head(h)
+        with torch.no_grad():
+            target = teacher_head(f).float()
+            wanted = target.argmax(-1)
+            draft_ids = logits.argmax(-1)
+            correct = draft_ids + d2t[draft_ids] == wanted
+        return _token_loss(logits, target, wanted, t2d, token_loss), correct
+
+    loss = torch.zeros((), device=final.device)
     stats: Stats = {}
-    aligned = torch.zeros((), device=target_logits.device)
-    regressed = torch.zeros((), device=target_logits.device)
-    for j, ((hidden, logits), real) in enumerate(zip(outputs, select, strict=True)):
-        target = ahead(target_logits, 1 + j, real).float()
-        wanted = target.argmax(-1)
-        loss = loss + (decay**j) * _token_loss(logits, target, wanted, t2d, token_loss)
+    aligned = torch.zeros((), device=final.device)
+    regressed = torch.zeros((), device=final.device)
+    for j, (hidden, real) in enumerate(zip(outputs, select, strict=True)):
+        tokens, correct = rowwise(token_rows, (hidden, ahead(final, 1 + j, real)), chunk)
+        loss = loss + (decay**j) * tokens.sum()
         if feature_weight:
             alignment = feature_alignment(hidden, ahead(fused, 1 + j, real).detach()).sum()
             loss = loss + feature_weight * (decay**j) * alignment
@@ -188,8 +210,6 @@ def eagle3_loss_sums(
             loss = loss + final_feature_weight * (decay**j) * regression.sum()
             regressed = regressed + regression.detach().sum()
         with torch.no_grad():
-            draft_ids = logits.argmax(-1)
-            correct = draft_ids + d2t[draft_ids] == wanted
             hits = correct.sum().to(loss.dtype)
             stats[f"acc_{j}"] = torch.stack([hits, real.sum().to(loss.dtype)])
             if j == 0:

@@ -90,7 +90,13 @@ def run(recipe: MedusaRecipe) -> TrainResult:
         heads: MedusaHeads = build_medusa(recipe.medusa, run.target, token_map=token_map)
     heads = heads.to(run.accelerator.device)
     heads, optimizer, scheduler = prepare_model(run.accelerator, heads, recipe.train)
-    loss = MedusaLoss(recipe.loss, recipe.medusa.num_heads, run.target, run.features)
+    loss = MedusaLoss(
+        recipe.loss,
+        recipe.medusa.num_heads,
+        run.target,
+        run.features,
+        recipe.train.loss_chunk_rows,
+    )
     outcome = train_steps(run, heads, optimizer, scheduler, loss)
     training = {**loss.record(outcome.metrics), **covered}
     bare = run.accelerator.unwrap_model(heads)

@@ -97,7 +97,7 @@ def run(recipe: Medusa2Recipe) -> TrainResult:
         peft_model = attach_lora(run.target.model, recipe.lora)
     peft_model.peft_config["default"].base_model_name_or_path = recipe.target.path
     model = AdaptedTargetHeads(run.target, peft_model, heads).to(run.accelerator.device)
-    loss = Medusa2Loss(recipe.loss, model)
+    loss = Medusa2Loss(recipe.loss, model, recipe.train.loss_chunk_rows)
     scales = {"heads.": recipe.heads_lr_scale}
     model, optimizer, scheduler = prepare_model(
         run.accelerator, model, recipe.train, lr_scales=scales

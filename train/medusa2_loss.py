@@ -21,8 +21,9 @@ from typing import ClassVar
 import torch
 import torch.nn.functional as F
 
+from .chunked_loss import rowwise
 from .eagle_losses import ahead, real_positions
-from .medusa_loss import HEAD_TARGETS, HeadAccuracies, draft_head_loss, head_hits
+from .medusa_loss import HEAD_TARGETS, HeadAccuracies, draft_head_loss, head_hit_rows, head_hits
 
 RAMPS = ("sine", "linear", "constant")
 
@@ -62,10 +63,11 @@ class Medusa2Loss(HeadAccuracies):
 
     shown: ClassVar[dict[str, str]] = {"train/kl": "kl", "train/head1_top1": "head1"}
 
-    def __init__(self, config: Medusa2LossConfig, model) -> None:
+    def __init__(self, config: Medusa2LossConfig, model, chunk: int | None = None) -> None:
         self.config, self.model = config, model  # the bare module, for the teacher forward
         self.num_heads = model.heads.num_heads
         self.weight = config.heads_weight_at(0)
+        self.chunk = chunk  # rows projected to the vocabulary at once
 
     def begin_step(self, step: int) -> None:
         self.weight = self.config.heads_weight_at(step)
@@ -75,29 +77,56 @@ class Medusa2Loss(HeadAccuracies):
 
     @torch.no_grad()
     def teacher(self, batch) -> torch.Tensor:
-        """The original target's logits [b, s, V] (float32, adapter disabled)."""
+        """The original target's final post-norm states [b, s, h] (adapter disabled)."""
         with self.model.original():
-            return self.model.target(**batch.model_inputs()).logits.float()
+            return self.model.final_states(batch.model_inputs())
+
+    def _vocab(self, adapted: torch.Tensor, original: torch.Tensor):
+        """(adapted log-probabilities with gradient, original logits without) [n, V] from
+        final states, through the target's head (adapter disabled for the original)."""
+        head = self.model.target.lm_head
+        log_q = F.log_softmax(head(adapted).float(), -1)
+        with torch.no_grad(), self.model.original():
+            teacher = head(original).float()
+        return log_q, teacher
+
+    def _kl_rows(self, adapted, original) -> tuple[torch.Tensor]:
+        log_q, teacher = self._vocab(adapted, original)
+        log_p = F.log_softmax(teacher, -1)
+        return ((log_p.exp() * (log_p - log_q)).sum(-1),)
+
+    def _head_rows(self, k: int, states, adapted, original, data_tokens):
+        """Head k's (0-based) loss, top-1 and top-5 hits per position: scored against the
+        adapted target's argmax, taught by the original target's distribution."""
+        heads = self.model.heads
+        logits = heads.project(k, states).float()
+        with torch.no_grad():
+            log_q, teacher = self._vocab(adapted, original)
+            wanted = log_q.argmax(-1)
+        top1, top5 = head_hit_rows(logits, wanted, heads.token_map)
+        loss = draft_head_loss(self.config.target, heads, logits, data_tokens, teacher, wanted)
+        return loss, top1, top5
 
     def __call__(self, model, batch, teacher: torch.Tensor, logs: bool = True):
         keeps = [real_positions(batch, k + 1) for k in range(1, self.num_heads + 1)]
-        logits, final, outputs = model(batch.model_inputs(), keeps)
+        final, outputs = model(batch.model_inputs(), keeps)
         here = real_positions(batch, 1)
-        original = F.log_softmax(teacher[here], -1)
-        adapted = F.log_softmax(logits[here].float(), -1)
-        kl = (original.exp() * (original - adapted)).sum()
+        (kl,) = rowwise(self._kl_rows, (final[here], teacher[here]), self.chunk)
+        kl = kl.sum()
         heads = final.new_zeros((), dtype=torch.float32)
         stats = {"kl": torch.stack([kl.detach(), here.sum().float()])}
-        for k, (keep, head_logits) in enumerate(zip(keeps, outputs, strict=True), start=1):
-            head_logits = head_logits.float()
-            data_tokens = ahead(batch.input_ids, k + 1, keep)
-            wanted = ahead(logits, k, keep).argmax(-1)
-            bare = self.model.heads
-            loss = draft_head_loss(
-                self.config.target, bare, head_logits, data_tokens, ahead(teacher, k, keep), wanted
+        for k, (keep, states) in enumerate(zip(keeps, outputs, strict=True), start=1):
+            rows = (
+                states,
+                ahead(final, k, keep).detach(),
+                ahead(teacher, k, keep),
+                ahead(batch.input_ids, k + 1, keep),
             )
-            heads = heads + self.config.decay ** (k - 1) * loss
-            stats.update(head_hits(k, head_logits, wanted, bare.token_map))
+            losses, top1, top5 = rowwise(
+                lambda *r, k=k: self._head_rows(k - 1, *r), rows, self.chunk
+            )
+            heads = heads + self.config.decay ** (k - 1) * losses.sum()
+            stats.update(head_hits(k, top1, top5))
         stats["heads_weight"] = torch.stack([heads.new_tensor(self.weight), heads.new_tensor(1.0)])
         total = self.config.distill_weight * kl + self.weight * heads
         return total, stats

@@ -43,12 +43,17 @@ class AdaptedTargetHeads(nn.Module):
         return self.peft_model.disable_adapter()
 
     def forward(self, model_inputs: dict, head_inputs: list[torch.Tensor]):
-        """(adapted logits [b, s, V], final post-norm states [b, s, h], each head's logits on
-        its own positions). `head_inputs[k]`: [b, s] bool, the positions head k reads."""
+        """(the adapted target's final post-norm states [b, s, h], each head's states on its
+        own positions before its projection); the loss runs the vocabulary projections a
+        chunk of rows at a time. `head_inputs[k]`: [b, s] bool, the positions head k reads."""
+        final = self.final_states(model_inputs)
+        return final, self.heads([final[keep] for keep in head_inputs])
+
+    def final_states(self, model_inputs: dict) -> torch.Tensor:
+        """The target's final post-norm states [b, s, h] (adapted, unless in `original()`)."""
         layer = self.target.num_layers
-        out = self.target(**model_inputs, hidden_indices=[layer])
-        final = out.hidden_states[layer]
-        return out.logits, final, self.heads([final[keep] for keep in head_inputs])
+        out = self.target(**model_inputs, hidden_indices=[layer], compute_logits=False)
+        return out.hidden_states[layer]
 
     def save_pretrained(
         self, path, safe_serialization: bool = True, state_dict: dict | None = None

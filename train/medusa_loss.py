@@ -19,6 +19,7 @@ import torch.nn.functional as F
 
 from ..architectures.acceptance_length import simulated_acceptance_length
 from ..data.capture import target_logits
+from .chunked_loss import rowwise
 from .eagle_losses import ahead, real_positions
 
 HEAD_TARGETS = ("data", "distill")
@@ -39,40 +40,47 @@ class MedusaLossConfig:
 
 
 def head_loss(kind: str, logits: torch.Tensor, data_tokens, teacher_logits) -> torch.Tensor:
-    """One head's summed loss over its positions: cross-entropy on the data's tokens
-    (`data`) or soft cross-entropy against the teacher's distribution (`distill`)."""
+    """One head's loss per position: cross-entropy on the data's token (`data`) or soft
+    cross-entropy against the teacher's distribution (`distill`)."""
     if kind == "data":
-        return F.cross_entropy(logits, data_tokens, reduction="sum")
-    return -(F.softmax(teacher_logits, -1) * F.log_softmax(logits, -1)).sum()
+        return F.cross_entropy(logits, data_tokens, reduction="none")
+    return -(F.softmax(teacher_logits, -1) * F.log_softmax(logits, -1)).sum(-1)
 
 
 def draft_head_loss(kind, heads, logits, data_tokens, teacher_logits, wanted) -> torch.Tensor:
-    """`head_loss` of draft-vocabulary logits [n, V'] (`heads`: the bare `MedusaHeads`).
+    """`head_loss` of draft-vocabulary logits [n, V'] per position (`heads`: the bare
+    `MedusaHeads`).
 
     Truncated heads, as EAGLE-3's pruned vocabulary: only positions whose token (the data's
-    for `data`, the target's greedy one for `distill`) the draft vocabulary holds count, and the
-    teacher's distribution is renormalised over the draft vocabulary."""
+    for `data`, the target's greedy one for `distill`) the draft vocabulary holds count (the
+    others are 0), and the teacher's distribution is renormalised over the draft vocabulary."""
     draft_ids = heads.draft_ids()
     if draft_ids is None:
         return head_loss(kind, logits, data_tokens, teacher_logits)
     keep = draft_ids[data_tokens if kind == "data" else wanted] >= 0
-    teacher = teacher_logits[keep][:, heads.token_map]
-    return head_loss(kind, logits[keep], draft_ids[data_tokens[keep]], teacher)
+    teacher = teacher_logits[:, heads.token_map]
+    losses = head_loss(kind, logits, draft_ids[data_tokens].clamp(min=0), teacher)
+    return torch.where(keep, losses, torch.zeros_like(losses))
 
 
 @torch.no_grad()
-def head_hits(
-    k: int, logits: torch.Tensor, wanted: torch.Tensor, token_map: torch.Tensor | None = None
-) -> dict[str, torch.Tensor]:
-    """{"head{k}_top1": [hits, positions], "head{k}_top5": ...} of head k against the
-    verifier's greedy tokens `wanted` (`token_map`: the target ids of truncated logits)."""
-    count = logits.new_tensor(float(len(wanted)))
+def head_hit_rows(
+    logits: torch.Tensor, wanted: torch.Tensor, token_map: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(top-1, top-5) [n] bool: a head's logits against the verifier's greedy tokens `wanted`
+    (`token_map`: the target ids of truncated logits)."""
     top5 = logits.topk(min(5, logits.shape[-1]), dim=-1).indices
     if token_map is not None:
         top5 = token_map[top5]
+    return top5[:, 0] == wanted, (top5 == wanted[:, None]).any(-1)
+
+
+def head_hits(k: int, top1: torch.Tensor, top5: torch.Tensor) -> dict[str, torch.Tensor]:
+    """{"head{k}_top1": [hits, positions], "head{k}_top5": ...} from `head_hit_rows`."""
+    count = torch.tensor(float(len(top1)), device=top1.device)
     return {
-        f"head{k}_top1": torch.stack([(top5[:, 0] == wanted).float().sum(), count]),
-        f"head{k}_top5": torch.stack([(top5 == wanted[:, None]).any(-1).float().sum(), count]),
+        f"head{k}_top1": torch.stack([top1.float().sum(), count]),
+        f"head{k}_top5": torch.stack([top5.float().sum(), count]),
     }
 
 
@@ -100,32 +108,47 @@ class HeadAccuracies:
         }
 
 
-def medusa_loss_sums(config: MedusaLossConfig, heads, target, final: torch.Tensor, batch):
+def medusa_loss_sums(
+    config: MedusaLossConfig, heads, target, final: torch.Tensor, batch, chunk: int | None = None
+):
     """(summed weighted loss, {stat: [sum, count]}) of one micro-batch.
 
     `heads` is the (possibly DDP/DeepSpeed-wrapped) module, called once with every head's
-    positions; `final` the target's final post-norm states [b, s, h]."""
+    positions; `final` the target's final post-norm states [b, s, h]; `chunk`: rows projected
+    to the vocabulary at once."""
     bare = getattr(heads, "module", heads)
     num_heads = bare.num_heads
     keeps = [real_positions(batch, k + 1) for k in range(1, num_heads + 1)]  # x_{t+k+1} real
     outputs = heads([final[keep] for keep in keeps])
     total = final.new_zeros((), dtype=torch.float32)
     stats: dict[str, torch.Tensor] = {}
-    for k, (keep, logits) in enumerate(zip(keeps, outputs, strict=True), start=1):
+    for k, (keep, states) in enumerate(zip(keeps, outputs, strict=True), start=1):
         if not keep.any():  # still in the graph, so data-parallel ranks agree on what trained
-            total = total + 0.0 * logits.sum()
+            total = total + 0.0 * bare.project(k - 1, states).sum()
             zero = total.new_zeros(2)
             stats.update({f"head{k}_top1": zero, f"head{k}_top5": zero.clone()})
             continue
-        logits = logits.float()  # [n, V]
-        with torch.no_grad():
-            teacher = target_logits(target, ahead(final, k, keep)).float()
-        data_tokens, wanted = ahead(batch.input_ids, k + 1, keep), teacher.argmax(-1)
-        total = total + config.decay ** (k - 1) * draft_head_loss(
-            config.target, bare, logits, data_tokens, teacher, wanted
+        rows = (states, ahead(final, k, keep), ahead(batch.input_ids, k + 1, keep))
+        losses, top1, top5 = rowwise(
+            lambda h, f, y, k=k: head_rows(
+                config.target, bare, k - 1, h, target_logits(target, f), y
+            ),
+            rows,
+            chunk,
         )
-        stats.update(head_hits(k, logits, wanted, bare.token_map))
+        total = total + config.decay ** (k - 1) * losses.sum()
+        stats.update(head_hits(k, top1, top5))
     return total, stats
+
+
+def head_rows(kind, heads, k: int, states, teacher_logits, data_tokens):
+    """(loss, top-1 hit, top-5 hit) per position of head k (0-based) from its block outputs
+    `states`, against `teacher_logits` (the verifier's, no gradient) and the data's tokens."""
+    logits = heads.project(k, states).float()
+    teacher = teacher_logits.detach().float()
+    wanted = teacher.argmax(-1)
+    top1, top5 = head_hit_rows(logits, wanted, heads.token_map)
+    return draft_head_loss(kind, heads, logits, data_tokens, teacher, wanted), top1, top5
 
 
 class MedusaLoss(HeadAccuracies):
@@ -133,9 +156,11 @@ class MedusaLoss(HeadAccuracies):
 
     shown: ClassVar[dict[str, str]] = {"train/head1_top1": "head1", "train/head2_top1": "head2"}
 
-    def __init__(self, config: MedusaLossConfig, num_heads: int, target, features) -> None:
+    def __init__(
+        self, config: MedusaLossConfig, num_heads: int, target, features, chunk: int | None = None
+    ) -> None:
         self.config, self.num_heads = config, num_heads
-        self.target, self.features = target, features
+        self.target, self.features, self.chunk = target, features, chunk
 
     def supervised(self, batch) -> torch.Tensor:
         return real_positions(batch, 2).sum()
@@ -145,7 +170,7 @@ class MedusaLoss(HeadAccuracies):
         return self.features(batch)[self.target.num_layers]
 
     def __call__(self, heads, batch, final, logs: bool = True):
-        return medusa_loss_sums(self.config, heads, self.target, final, batch)
+        return medusa_loss_sums(self.config, heads, self.target, final, batch, self.chunk)
 
     def begin_step(self, step: int) -> None:
         """Nothing in this loss follows the step."""

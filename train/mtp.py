@@ -94,7 +94,7 @@ def run(recipe: MtpRecipe) -> TrainResult:
     drafter, optimizer, scheduler = prepare_model(
         run.accelerator, _build(recipe, run), recipe.train
     )
-    loss = MtpLoss(recipe.mtp, run.target, run.features)
+    loss = MtpLoss(recipe.mtp, run.target, run.features, recipe.train.loss_chunk_rows)
     outcome = train_steps(run, drafter, optimizer, scheduler, loss)
     accuracies = loss.accuracies(outcome.metrics)
     training = {

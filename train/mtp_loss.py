@@ -18,6 +18,7 @@ import torch.nn.functional as F
 
 from ..architectures.acceptance_length import simulated_acceptance_length
 from ..data.capture import target_logits
+from .chunked_loss import rowwise
 from .eagle_losses import ahead, attention_allowed, real_positions, soft_ce
 
 
@@ -26,8 +27,9 @@ class MtpLoss:
 
     shown: ClassVar[dict[str, str]] = {"train/acc_0": "acc1"}
 
-    def __init__(self, config, target, features) -> None:
+    def __init__(self, config, target, features, chunk: int | None = None) -> None:
         self.config, self.target, self.features = config, target, features
+        self.chunk = chunk  # rows projected to the vocabulary at once
 
     def supervised(self, batch) -> torch.Tensor:
         return real_positions(batch, 2).sum()
@@ -43,23 +45,27 @@ class MtpLoss:
         outputs = drafter(
             batch.input_ids, final, batch.position_ids, attention_allowed(batch), select
         )
-        logits_all = target_logits(self.target, final)
         total = torch.zeros((), device=final.device)
         stats = {}
-        for k, ((_, logits), keep) in enumerate(zip(outputs, select, strict=True)):
-            teacher = ahead(logits_all, 1 + k, keep).float()
-            if config.loss == "distill":
-                losses = soft_ce(logits, torch.softmax(teacher, dim=-1))
-            else:
-                labels = ahead(batch.input_ids, 2 + k, keep)
-                losses = F.cross_entropy(logits.float(), labels, reduction="none")
+        for k, (hidden, keep) in enumerate(zip(outputs, select, strict=True)):
+            rows = (hidden, ahead(final, 1 + k, keep), ahead(batch.input_ids, 2 + k, keep))
+            losses, agree = rowwise(self._row_loss, rows, self.chunk)
             total = total + losses.sum()
             count = keep.sum().float()
-            with torch.no_grad():
-                hits = (logits.argmax(-1) == teacher.argmax(-1)).sum().float()
-            stats[f"acc_{k}"] = torch.stack([hits, count])
+            stats[f"acc_{k}"] = torch.stack([agree.sum().float(), count])
             stats[f"loss_{k}"] = torch.stack([losses.detach().sum(), count])
         return total * (config.loss_weight / config.depth), stats
+
+    def _row_loss(self, hidden, final, labels) -> tuple[torch.Tensor, torch.Tensor]:
+        """(loss, agreement with the target's argmax) per position; the modules share the
+        target's head, so their logits are `target_logits` of their outputs."""
+        logits = target_logits(self.target, hidden)
+        with torch.no_grad():
+            teacher = target_logits(self.target, final)
+            agree = logits.argmax(-1) == teacher.argmax(-1)
+        if self.config.loss == "distill":
+            return soft_ce(logits, torch.softmax(teacher, dim=-1)), agree
+        return F.cross_entropy(logits.float(), labels, reduction="none"), agree
 
     def accuracies(self, metrics: dict[str, float]) -> list[float]:
         """Each depth's top-1 agreement with the target (NaN before the first log)."""

@@ -40,6 +40,9 @@ class TrainConfig:
     checkpoint_every: int = 50  # steps between `save_state` checkpoints (resume points)
     keep_checkpoints: int = 2  # complete checkpoints kept on disk
     log_every: int = 10  # steps between logged metrics
+    #: rows whose vocabulary-sized logits exist at once in the loss (None: every row of the
+    #: micro-batch); smaller chunks lower peak memory, the values stay the same
+    loss_chunk_rows: int | None = 1024
     log_with: tuple[str, ...] = ()  # Accelerate trackers: "tensorboard", "wandb" (offline default)
     project: str = "draftzoo"  # tracker project name
 
@@ -57,6 +60,10 @@ class TrainConfig:
         unknown = sorted(set(self.log_with) - {"tensorboard", "wandb"})
         if unknown:
             raise ValueError(f"unknown tracker(s) {unknown} in log_with; known: tensorboard, wandb")
+        if self.loss_chunk_rows is not None and self.loss_chunk_rows < 1:
+            raise ValueError(
+                f"loss_chunk_rows must be >= 1 (or null for no chunks), got {self.loss_chunk_rows}"
+            )
         if self.keep_checkpoints < 1:
             raise ValueError("keep_checkpoints must be >= 1")
         if not (math.isfinite(self.lr) and self.lr >= 0):

@@ -46,8 +46,8 @@ def test_untrained_heads_predict_what_the_target_predicts(target):
     shifted = [hidden + torch.nn.functional.silu(b.layers[0].bias) for b in heads.blocks]
     for k in range(2):
         torch.testing.assert_close(logits[k], target.lm_head(shifted[k]))
-    listed = heads([hidden[:2], hidden[2:]])
-    torch.testing.assert_close(listed[1], logits[1, 2:])
+    listed = heads([hidden[:2], hidden[2:]])  # each head's states before its projection
+    torch.testing.assert_close(heads.project(1, listed[1]), logits[1, 2:])
 
 
 def test_save_load_and_its_refusals(target, tmp_path):

@@ -35,6 +35,7 @@ TINY_TRAIN = {
     "mixed_precision": "no",
     "checkpoint_every": 1,
     "log_every": 1,
+    "loss_chunk_rows": 64,  # every family's loss runs chunked in the tests (up to 512 rows)
 }
 
 
