@@ -261,6 +261,8 @@ class OfflineFeatures:
         self.layers = tuple(layers)
         self.storage = FeatureStorage(self.index["dtype"])
         self._handles: dict[str, object] = {}
+        for shard in self.index["shards"]:  # every shard's format, before the first step
+            self._open(shard["file"])
 
     def check(self, fingerprint, data_hash: str, storage: str) -> None:
         """Refuse features of another target, dataset or storage format than the recipe's."""

@@ -10,6 +10,7 @@ counted; the tally is printed at the end of the run.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -422,3 +423,30 @@ def test_out_of_range_options_and_malformed_zoos_and_prompt_files(tmp_path, caps
     ]
     for argv, needle in cases:
         _assert_one_error_line(argv, capsys, needle)
+
+
+def test_bad_capture_formats_and_loss_chunks(testbed_tiny, tmp_path, capsys):
+    """A chunk of 0 rows and an unknown capture format, at every recipe command; shards whose
+    tensors are not the format their index names, at training: one line each, nothing made."""
+    from tests.train.helpers import recipe_yaml, tiny_recipe, write_chat_jsonl
+
+    chat = write_chat_jsonl(tmp_path / "c.jsonl", 6)
+    tiny = tiny_recipe(tmp_path / "run", testbed_tiny[0], chat, data={"max_length": 512})
+    recipe = str(recipe_yaml(tiny, tmp_path / "tiny.yaml"))
+    for words in RECIPE_COMMANDS:
+        tail = _words(words[1:], tmp_path)
+        chunk = ["--set", "train.loss_chunk_rows=0"]
+        _assert_one_error_line([words[0], recipe, *tail, *chunk], capsys, "loss_chunk_rows")
+        fmt = ["--set", "capture.dtype=int8"]
+        _assert_one_error_line([words[0], recipe, *tail, *fmt], capsys, "capture.dtype")
+    assert not (tmp_path / "SHARDS").exists() and not (tmp_path / "OUT.jsonl").exists()
+    shards = tmp_path / "shards"
+    assert main(["capture", recipe, "--dir", str(shards)]) == 0
+    offline = ["--set", "capture.mode=offline", "--set", f"capture.dir={shards}"]
+    fp8 = ["--set", "capture.dtype=float8_e4m3"]
+    capsys.readouterr()
+    _assert_one_error_line(["train", recipe, *offline, *fp8], capsys, "holds bfloat16 states")
+    index = json.loads((shards / "index.json").read_text())
+    (shards / "index.json").write_text(json.dumps({**index, "dtype": "float8_e4m3"}))
+    _assert_one_error_line(["train", recipe, *offline, *fp8], capsys, "its index says float8_e4m3")
+    assert not (tmp_path / "run" / "drafter").exists()

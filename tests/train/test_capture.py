@@ -148,9 +148,8 @@ def test_shards_of_another_format_than_their_index_are_refused(setup):
     index = json.loads((out / "index.json").read_text())
     for fmt, found in (("float8_e4m3", "BF16"), ("float32", "BF16")):
         (out / "index.json").write_text(json.dumps({**index, "dtype": fmt}))
-        batch = collate([dataset[0]], 0)
         with pytest.raises(FeatureStorageError, match=f"as {found}, its index says {fmt}"):
-            OfflineFeatures(out, [target.num_layers])(batch)
+            OfflineFeatures(out, [target.num_layers])
 
 
 def test_capture_claims_only_new_empty_or_its_own_folders(setup):
