@@ -39,6 +39,7 @@ from .checkpoint import CheckpointManager
 from .data_order import data_passes, step_rows
 from .distributed import check_replicas, make_accelerator, uses_deepspeed, whole_weights
 from .optim import adamw
+from .run_lock import RunLock, hold_work_dir
 from .schedules import lr_lambda
 from .setup import load_target, prepare_dataset, recipe_inputs, resolve_dirs, work_dir_of
 from .trackers import prepare_trackers
@@ -91,6 +92,7 @@ class Run:
     features: Callable  # batch -> {HF index: [b, s, h]} target states
     output_dir: Path
     work_dir: Path
+    lock: RunLock | None = None  # this run's hold on work_dir, released once it is saved
 
     @property
     def config(self):
@@ -124,12 +126,16 @@ def start_run(recipe) -> Run:
     check_replaceable(output_path(recipe.output_dir), recipe_inputs(recipe))
     fresh = not work_dir_of(recipe).exists()
     output_dir, work_dir, cache_dir = resolve_dirs(recipe)
+    lock = hold_work_dir(work_dir)  # a second run of the same recipe is refused here
     try:
-        return _set_up(recipe, output_dir, work_dir, cache_dir)
+        run = _set_up(recipe, output_dir, work_dir, cache_dir)
     except DraftzooError:
+        lock.release()
         if fresh:  # refused before the first step: leave no run folder behind
             shutil.rmtree(work_dir, ignore_errors=True)
         raise
+    run.lock = lock
+    return run
 
 
 def _set_up(recipe, output_dir: Path, work_dir: Path, cache_dir: Path) -> Run:
@@ -430,3 +436,5 @@ def export_drafter(
     # drop the prepared (DDP-wrapped) model and optimizer: the wrapper holds the process group,
     # which must not outlive the run into interpreter teardown
     accelerator.free_memory()
+    if run.lock is not None:
+        run.lock.release()
