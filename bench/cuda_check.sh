@@ -22,6 +22,14 @@ python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . || exit
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/device.txt"
 python3 -c "import torch, transformers; print(torch.__version__, transformers.__version__)" \
     | tee -a "$out/device.txt"
+# the unreliable-timing gate's device count: compute processes on this GPU while one is ours
+python3 -c "
+import torch
+from draftzoo.eval.machine_load import cuda_device_uuid, device_processes
+torch.zeros(1, device='cuda')
+uuid = cuda_device_uuid('cuda')
+print('device', uuid, 'compute processes (this one included):', device_processes(uuid))
+" 2>&1 | tee -a "$out/device.txt"
 timeout 180 python3 -m pytest -q -m gpu tests/inference/test_cuda_graphs.py -p no:cacheprovider \
     2>&1 | tee "$out/pytest-gpu.txt"
 for family in eagle1 eagle3; do

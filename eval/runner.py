@@ -48,7 +48,7 @@ from ..inference.load import MODEL_FREE, DrafterRuntime
 from ..inference.sampling import ACCEPTANCES, SamplingParams
 from .certificate import CertificateConfig, certify, describe
 from .lm_quality import repeated_ngram_share
-from .machine_load import MachineLoad, timing_verdict, unreliable_sentence
+from .machine_load import MachineLoad, cuda_device_uuid, timing_verdict, unreliable_sentence
 
 REPORT_FILE = "report.json"
 SUMMARY_FILE = "summary.txt"
@@ -526,7 +526,7 @@ def evaluate(
     started = time.perf_counter()
     with (
         tqdm(total=steps, desc="eval", unit="prompt", disable=not show_progress) as progress,
-        MachineLoad() as load,
+        MachineLoad(cuda_device_uuid(next(target.parameters()).device)) as load,
     ):
         results = evaluation.run(prompts, progress)
     spreads = [r["speedup"]["std"] / r["speedup"]["mean"] for r in results if r["speedup"]["mean"]]

@@ -21,6 +21,7 @@ def real_bounds(monkeypatch):
     """The gate's own bounds (the suite opens it for every other test)."""
     monkeypatch.setattr(machine_load, "MAX_OTHER_SHARE", 0.10)
     monkeypatch.setattr(machine_load, "MAX_SPREAD", 0.15)
+    monkeypatch.setattr(machine_load, "MAX_DEVICE_OTHERS", 0)
 
 
 @pytest.fixture
@@ -78,3 +79,40 @@ def test_an_eval_beside_burners_is_marked_and_publish_refuses_it(
     assert "Speedups UNRELIABLE" in card and "--allow-unreliable-timing" in card
     row = row_from_report(report, "busy")
     assert row.unreliable and "| unreliable timing |" in render([row], "t", plot=None)
+
+
+def test_other_processes_on_the_cuda_device_mark_a_measurement_unreliable(
+    real_bounds, tmp_path, monkeypatch
+):
+    """`nvidia-smi`'s compute processes on the evaluation's device (a stand-in `nvidia-smi` on
+    PATH answers in its CSV format here; one of the processes is the evaluation itself)."""
+    listing = tmp_path / "apps.csv"
+    fake = tmp_path / "nvidia-smi"
+    fake.write_text(f"#!/bin/sh\ncat {listing}\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    mine = "GPU-1a2b3c4d-0000-1111-2222-333344445555"
+    listing.write_text(f"{mine}, 4242\nGPU-ffffffff-0000-1111-2222-333344445555, 77\n")
+    assert machine_load.device_processes(mine) == 1
+    assert machine_load.device_processes(mine.removeprefix("GPU-").upper()) == 1
+    with MachineLoad(mine) as load:
+        listing.write_text(f"{mine}, 4242\n{mine}, 99\n")  # another job joins our device
+    assert load.record["device_other_processes"] == 1
+    verdict = timing_verdict(load.record, [0.0])
+    assert (
+        not verdict["reliable"]
+        and "1 other process(es) ran on the GPU" in verdict["why_unreliable"]
+    )
+    listing.write_text(f"{mine}, 4242\n")
+    with MachineLoad(mine) as alone:
+        pass
+    assert alone.record["device_other_processes"] == 0
+    fake.unlink()
+    monkeypatch.setenv("PATH", str(tmp_path))  # no nvidia-smi at all: said, not guessed
+    with MachineLoad(mine) as unknown:
+        pass
+    assert unknown.record["device_other_processes"] is None
+    assert timing_verdict(unknown.record, [0.0])["reliable"]
+    with MachineLoad() as cpu:  # no device asked: no device field
+        pass
+    assert "device_other_processes" not in cpu.record and cpu.record["measured"]
