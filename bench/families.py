@@ -1,9 +1,16 @@
-"""Every drafter family on testbed-small at one training budget, measured side by side.
+"""Every drafter family on one target at one training budget, measured side by side.
 
     python bench/families.py                       # train what is missing, measure, rank
     python bench/families.py --phase train         # resumable: rerun the same command
     python bench/families.py --phase eval --threads 2
     python bench/families.py --phase board --output-dir bench/results/families-cpu
+    python bench/families.py --target smollm2-135m-instruct --work runs --phase eval
+
+`--target testbed-small` (the default) is described below. `--target smollm2-135m-instruct`:
+the SmolLM2 recipes (1,400 steps x 4 rows x 512 positions each; Medusa-2 1,200 heads-only
+steps then 200 joint ones), trained by `bench/smollm2_train.sh` from one offline FP8 capture
+into <work>/<family>-smollm2-135m-instruct; measured on HumanEval and the held-out
+`runs/smollm2-data/eval-turns.jsonl`, prompts overlapping the training data dropped first.
 
 The budget is the zoo recipes' own: 3,276,800 packed training positions per family (about
 1.6 M supervised tokens): 3,200 steps x 4 rows x 256 positions for EAGLE-1, EAGLE-3, MTP and
@@ -32,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -44,7 +52,6 @@ from draftzoo.architectures.defaults import recipes_dir
 from draftzoo.architectures.drafter_io import read_drafter_record
 from draftzoo.train.registry import load_recipe
 
-BUDGET = 3_276_800  # packed training positions per family
 ZOO = recipes_dir() / "zoo"
 
 
@@ -59,23 +66,78 @@ class Stage:
     zoo_name: str | None = None  # the shipped drafter this recipe may have trained
 
 
-FAMILIES: dict[str, list[Stage]] = {
-    "draft_lm": [Stage("draft-lm", "draft_lm/testbed-small.yaml", (), 2, "draft-lm-testbed-small")],
-    "eagle1": [Stage("eagle1", "eagle1/testbed-small.yaml", zoo_name="eagle1-testbed-small")],
-    "eagle3": [Stage("eagle3", "eagle3/testbed-small.yaml", zoo_name="eagle3-testbed-small")],
-    "mtp": [Stage("mtp", "mtp/testbed-small.yaml", zoo_name="mtp-testbed-small")],
-    "dflash": [Stage("dflash", "dflash/testbed-small.yaml", zoo_name="dflash-testbed-small")],
-    "medusa1": [Stage("medusa1", "medusa1/testbed-small.yaml", zoo_name="medusa1-testbed-small")],
-    "medusa2": [
-        Stage("medusa2-heads", "medusa1/testbed-small.yaml", ("train.max_steps=1600",)),
-        Stage(
-            "medusa2",
-            "medusa2/testbed-small.yaml",
-            ("train.max_steps=1600", "init_heads={work}/medusa2-heads"),
-            zoo_name="medusa2-testbed-small",  # shipped under this name; never reused from it
-        ),
-    ],
-}
+@dataclass(frozen=True)
+class Profile:
+    """One target's families, budget and measurement."""
+
+    target: str
+    families: dict[str, list[Stage]]
+    budget: int  # packed training positions per family
+    prompt_sets: tuple[str, ...]
+    heldout_from: tuple[str, ...] = ()
+    trainer: tuple[str, ...] = ()  # a script that trains every family (else one run a stage)
+
+
+TESTBED = Profile(
+    target="testbed-small",
+    families={
+        "draft_lm": [
+            Stage("draft-lm", "draft_lm/testbed-small.yaml", (), 2, "draft-lm-testbed-small")
+        ],
+        "eagle1": [Stage("eagle1", "eagle1/testbed-small.yaml", zoo_name="eagle1-testbed-small")],
+        "eagle3": [Stage("eagle3", "eagle3/testbed-small.yaml", zoo_name="eagle3-testbed-small")],
+        "mtp": [Stage("mtp", "mtp/testbed-small.yaml", zoo_name="mtp-testbed-small")],
+        "dflash": [Stage("dflash", "dflash/testbed-small.yaml", zoo_name="dflash-testbed-small")],
+        "medusa1": [
+            Stage("medusa1", "medusa1/testbed-small.yaml", zoo_name="medusa1-testbed-small")
+        ],
+        "medusa2": [
+            Stage("medusa2-heads", "medusa1/testbed-small.yaml", ("train.max_steps=1600",)),
+            Stage(
+                "medusa2",
+                "medusa2/testbed-small.yaml",
+                ("train.max_steps=1600", "init_heads={work}/medusa2-heads"),
+                zoo_name="medusa2-testbed-small",  # shipped under this name; never reused
+            ),
+        ],
+    },
+    budget=3_276_800,
+    prompt_sets=("humaneval", "stdlib-heldout"),
+)
+SMOLLM2_NAME = "smollm2-135m-instruct"
+SMOLLM2_DATA = "runs/smollm2-data"
+
+
+def _smollm2_stage(family: str, recipe_family: str | None = None, *overrides: str) -> Stage:
+    folder = f"{family}-{SMOLLM2_NAME}"
+    recipe = f"{recipe_family or family}/{SMOLLM2_NAME}.yaml"
+    return Stage(folder, recipe, overrides, zoo_name=folder)
+
+
+SMOLLM2 = Profile(
+    target=SMOLLM2_NAME,
+    families={
+        **{
+            family: [_smollm2_stage(family)]
+            for family in ("draft_lm", "eagle1", "eagle3", "mtp", "dflash", "medusa1")
+        },
+        "medusa2": [
+            Stage(
+                f"medusa2-heads-{SMOLLM2_NAME}",
+                f"medusa1/{SMOLLM2_NAME}.yaml",
+                ("train.max_steps=1200",),
+            ),
+            _smollm2_stage("medusa2"),
+        ],
+    },
+    budget=2_867_200,
+    prompt_sets=("humaneval", f"{SMOLLM2_DATA}/eval-turns.jsonl"),
+    heldout_from=(f"{SMOLLM2_DATA}/train.jsonl",),
+    trainer=("bash", "bench/smollm2_train.sh"),
+)
+PROFILES = {profile.target: profile for profile in (TESTBED, SMOLLM2)}
+PROFILE = TESTBED  # the one this run measures (main() sets it from --target)
+FAMILIES = TESTBED.families
 #: families that draft trees as well as chains (rows for both, and a hybrid row)
 TREES = ("eagle1", "eagle3", "medusa1", "medusa2")
 #: DFlash drafts a block of 8: its chain is the block's 7 tokens
@@ -100,11 +162,11 @@ def positions(stage: Stage, work: Path) -> int:
 
 
 def check_budget(work: Path) -> None:
-    """Every family spends exactly BUDGET positions (before anything runs)."""
+    """Every family spends exactly the profile's budget (before anything runs)."""
     for family, stages in FAMILIES.items():
         spent = sum(positions(stage, work) for stage in stages)
-        if spent != BUDGET:
-            sys.exit(f"families: {family} spends {spent:,} positions, not {BUDGET:,}")
+        if spent != PROFILE.budget:
+            sys.exit(f"families: {family} spends {spent:,} positions, not {PROFILE.budget:,}")
 
 
 def _flat(data: dict, prefix: str = "") -> dict:
@@ -159,7 +221,13 @@ def _finished(stage: Stage, work: Path) -> bool:
 
 
 def train(work: Path, families: list[str], retrain: bool) -> None:
-    """Run every missing stage, in order (resumes an interrupted one)."""
+    """Run every missing stage, in order (resumes an interrupted one); a profile with its own
+    trainer script runs that instead."""
+    if PROFILE.trainer:
+        env = {**os.environ, "RUNS": str(work), "FAMILIES": " ".join(families)}
+        print(f"[train] {' '.join(PROFILE.trainer)} (RUNS={work})", flush=True)
+        subprocess.run(list(PROFILE.trainer), check=True, env=env)
+        return
     for family in families:
         drafter, source = drafter_of(family, work, retrain)
         if drafter is not None:
@@ -189,7 +257,8 @@ def eval_config(proposal: str, chain: int = 4):
     from draftzoo.eval.runner import EvalConfig
 
     return EvalConfig(
-        prompt_sets=("humaneval", "stdlib-heldout"),
+        prompt_sets=PROFILE.prompt_sets,
+        heldout_from=PROFILE.heldout_from,
         max_prompts=12,
         max_new_tokens=128,
         temperatures=(0.0, 1.0),
@@ -213,22 +282,22 @@ def measure(work: Path, families: list[str]) -> None:
             out = reports / f"{family}-{proposal}"
             if (out / "report.json").is_file():
                 continue
-            target, tokenizer = load_target("testbed-small")  # fresh: Medusa-2 adapts it
+            target, tokenizer = load_target(PROFILE.target)  # fresh: Medusa-2 adapts it
             config = eval_config(proposal, CHAIN_LENGTH.get(family, 4))
             runtime = load_drafter(
                 drafter, target, tokenizer, proposal, config.num_speculative_tokens, config.tree
             )
             print(f"[eval] {family} {proposal}: {drafter}", flush=True)
-            report = evaluate(target, tokenizer, runtime, config, "testbed-small")
+            report = evaluate(target, tokenizer, runtime, config, PROFILE.target)
             write_report(report, out)
     if not (reports / "prompt-lookup-chain" / "report.json").is_file():
         from draftzoo.inference.load import prompt_lookup_runtime
 
-        target, tokenizer = load_target("testbed-small")
+        target, tokenizer = load_target(PROFILE.target)
         config = eval_config("chain")
         runtime = prompt_lookup_runtime(config.num_speculative_tokens)
         print("[eval] prompt lookup", flush=True)
-        report = evaluate(target, tokenizer, runtime, config, "testbed-small")
+        report = evaluate(target, tokenizer, runtime, config, PROFILE.target)
         write_report(report, reports / "prompt-lookup-chain")
     for tree in (False, True):
         out = reports / f"suffix-{'tree' if tree else 'chain'}"
@@ -236,18 +305,20 @@ def measure(work: Path, families: list[str]) -> None:
             from draftzoo.inference.load import suffix_runtime
             from draftzoo.inference.suffix import SuffixSettings
 
-            target, tokenizer = load_target("testbed-small")
+            target, tokenizer = load_target(PROFILE.target)
             config = eval_config("tree" if tree else "chain")
             runtime = suffix_runtime(config.num_speculative_tokens, SuffixSettings(tree=tree))
             print(f"[eval] suffix decoding ({'tree' if tree else 'chain'})", flush=True)
-            write_report(evaluate(target, tokenizer, runtime, config, "testbed-small"), out)
+            write_report(evaluate(target, tokenizer, runtime, config, PROFILE.target), out)
     draft_lm, _ = drafter_of("draft_lm", work, retrain=False)
     references = work / "references.json"
     if draft_lm is not None and not references.is_file():
         from transformers_reference import assisted_rows
 
         print("[eval] transformers assisted generation with the draft LM", flush=True)
-        rows = assisted_rows(draft_lm, eval_config("chain"), group_report=_any_report(reports))
+        rows = assisted_rows(
+            draft_lm, eval_config("chain"), _any_report(reports), target_name=PROFILE.target
+        )
         references.write_text(json.dumps(rows, indent=1) + "\n")
 
 
@@ -268,7 +339,10 @@ def board(work: Path, output_dir: Path) -> None:
         rows.append(leaderboard.row_from_report(report, name, here))
     if (work / "references.json").is_file():
         rows += leaderboard.rows_from_references(work / "references.json")
-    title = f"Leaderboard: testbed-small, every family at {BUDGET / 1e6:.2f} M training positions"
+    title = (
+        f"Leaderboard: {PROFILE.target}, every family at {PROFILE.budget / 1e6:.2f} M training "
+        "positions"
+    )
     for written in leaderboard.write(rows, output_dir, title):
         print(f"[board] {written}")
     print(leaderboard.render(rows, title, plot=None))
@@ -303,11 +377,15 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=Path("runs/families"))
     phases = ("all", "train", "eval", "board", "ship")
     parser.add_argument("--phase", choices=phases, default="all", help="all: train, eval, board")
-    parser.add_argument("--family", action="append", choices=sorted(FAMILIES))
+    parser.add_argument("--target", choices=sorted(PROFILES), default=TESTBED.target)
+    parser.add_argument("--family", action="append", choices=sorted(TESTBED.families))
     parser.add_argument("--retrain", action="store_true", help="train even what the zoo holds")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = default)")
     parser.add_argument("--output-dir", type=Path, help="the board's folder (default: --work)")
     args = parser.parse_args()
+    global PROFILE, FAMILIES
+    PROFILE = PROFILES[args.target]
+    FAMILIES = PROFILE.families
     if args.threads:
         torch.set_num_threads(args.threads)
     work = args.work.resolve()

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Every family for SmolLM2-135M-Instruct trained on the same rows at one budget (the recipes'
-# 1,400 steps x 4 packed rows of 512; Medusa-2 700 steps from Medusa-1's heads), from one
+# 1,400 steps x 4 packed rows of 512; Medusa-2 in two stages: 1,200 heads-only steps, then 200
+# joint steps with the LoRA), from one
 # offline capture of the union of the layers they read: EAGLE-3 taps 2, 15, 27, DFlash 2, 28
-# and the final post-norm state 30 (EAGLE-1, Medusa-1, MTP, the draft LM's teacher). Medusa-2
-# trains online: its LoRA changes the target's states. Run `bash bench/smollm2_data.sh` first.
+# and the final post-norm state 30 (EAGLE-1, Medusa-1, MTP, the draft LM's teacher). Medusa-2's
+# joint stage trains online: its LoRA changes the target's states. Run `bash bench/smollm2_data.sh` first.
 #   bash bench/smollm2_train.sh
 # Resumable: a rerun keeps finished shards, resumes each run from its newest checkpoint and
 # skips a family whose drafter exists. Settings (environment):
@@ -12,7 +13,8 @@
 #   FMT       capture storage: float8_e4m3 (default, ~half of bfloat16) or bfloat16
 #   FAMILIES  which, in order ("eagle3 eagle1 medusa1 mtp dflash draft_lm medusa2")
 #   STEPS     steps for every family instead of the recipes' (a smoke run: STEPS=2)
-#   SET_<family>  more --set pairs for one family, e.g. SET_eagle3="eagle.draft_vocab_size=1024"
+#   SET_<stage>  more --set pairs for one run, e.g. SET_eagle3="eagle.draft_vocab_size=1024"
+#             (stages: the families, and medusa2_heads for Medusa-2's heads-only stage)
 set -euo pipefail
 data=${DATA:-runs/smollm2-data}
 runs=${RUNS:-runs}
@@ -22,25 +24,32 @@ shards="$runs/smollm2-capture-$fmt"
 common=(--set "data.source=$data/train.jsonl")
 draftzoo capture recipes/eagle3/smollm2-135m-instruct.yaml --dir "$shards" "${common[@]}" \
     --set "capture.dtype=$fmt" --layer 2 --layer 15 --layer 27 --layer 28 --layer 30
-for family in $families; do
-    out="$runs/$family-smollm2-135m-instruct"
+train() {  # STAGE RECIPE_FAMILY OUT [--set pairs...]: one run, skipped when its drafter exists
+    local stage=$1 recipe=$2 out=$3
+    shift 3
     if [ -f "$out/draftzoo.json" ]; then
-        echo "$family: $out exists"
-        continue
+        echo "$stage: $out exists"
+        return
     fi
-    args=("${common[@]}" --set "output_dir=$out")
-    if [ "$family" = medusa2 ]; then
-        args+=(--set "init_heads=$runs/medusa1-smollm2-135m-instruct")
-    else
-        args+=(--set capture.mode=offline --set "capture.dir=$shards" --set "capture.dtype=$fmt")
-    fi
-    if [ -n "${STEPS:-}" ]; then  # the recipes warm up for 50 steps
+    local args=("${common[@]}" --set "output_dir=$out" "$@")
+    if [ -n "${STEPS:-}" ]; then  # the recipes warm up for up to 50 steps
         args+=(--set "train.max_steps=$STEPS" --set "train.warmup_steps=$((STEPS > 50 ? 50 : 0))")
     fi
-    extra="SET_$family"
+    local extra="SET_$stage"
     for pair in ${!extra:-}; do args+=(--set "$pair"); done
+    local started
     started=$(date +%s)
-    draftzoo train "recipes/$family/smollm2-135m-instruct.yaml" "${args[@]}"
-    echo "$family: trained in $(($(date +%s) - started)) s -> $out"
+    draftzoo train "recipes/$recipe/smollm2-135m-instruct.yaml" "${args[@]}"
+    echo "$stage: trained in $(($(date +%s) - started)) s -> $out"
+}
+offline=(--set capture.mode=offline --set "capture.dir=$shards" --set "capture.dtype=$fmt")
+for family in $families; do
+    if [ "$family" = medusa2 ]; then
+        heads="$runs/medusa2-heads-smollm2-135m-instruct"
+        train medusa2_heads medusa1 "$heads" "${offline[@]}" --set train.max_steps=1200
+        train medusa2 medusa2 "$runs/medusa2-smollm2-135m-instruct" --set "init_heads=$heads"
+    else
+        train "$family" "$family" "$runs/$family-smollm2-135m-instruct" "${offline[@]}"
+    fi
 done
 echo done

@@ -56,12 +56,14 @@ def _hf(target, tokenizer, text, temperature, max_new_tokens, seed, eos, assista
     return out.shape[1] - ids.shape[1], time.perf_counter() - began
 
 
-def assisted_rows(draft_lm: Path, config, group_report: dict | None = None) -> list[dict]:
+def assisted_rows(
+    draft_lm: Path, config, group_report: dict | None = None, target_name: str = "testbed-small"
+) -> list[dict]:
     """Reference rows (JSON): draftzoo target-only, transformers target-only, transformers
     assisted generation with `draft_lm`, all on `config`'s prompts and temperatures."""
     from draftzoo.architectures.safe_load import load_causal_lm
 
-    target, tokenizer = load_target("testbed-small")
+    target, tokenizer = load_target(target_name)
     assistant = load_causal_lm(draft_lm, dtype=target.dtype).eval()
     assistant.generation_config.num_assistant_tokens = config.num_speculative_tokens
     assistant.generation_config.num_assistant_tokens_schedule = "constant"
@@ -128,7 +130,7 @@ def assisted_rows(draft_lm: Path, config, group_report: dict | None = None) -> l
     report = group_report or {
         "hardware": environment()["hardware"],
         "config": asdict(config),
-        "target": {"name": "testbed-small"},
+        "target": {"name": target_name},
     }
     for row in rows.values():
         row.group = group_of(report)
