@@ -61,9 +61,11 @@ def read_tensor(folder: Path, key: str) -> torch.Tensor:
 def input_embedding_key(folder: Path) -> str:
     """The checkpoint key of the model's input embedding (`model.embed_tokens.weight` for
     Llama, Qwen, Mistral), found by building the model on the meta device."""
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM
 
-    config = AutoConfig.from_pretrained(folder)
+    from .safe_load import load_config
+
+    config = load_config(folder)
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config)
     embedding = model.get_input_embeddings()

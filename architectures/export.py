@@ -286,11 +286,10 @@ def export_for_target(
     if check_target:
         if not target:
             raise ExportError(f"{folder}: the drafter's record names no target; name it (--target)")
-        from transformers import AutoConfig
-
         from .defaults import target_location
+        from .safe_load import load_config
 
-        target_config = AutoConfig.from_pretrained(target_location(target))
+        target_config = load_config(target_location(target))
     return export_drafter(folder, output_dir, fmt, target_config, target=target, **options)
 
 

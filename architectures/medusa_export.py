@@ -88,14 +88,13 @@ def _reference_layout(config, tensors, base_model: str):
 
 def _merged_target(folder: Path, base_model: str, output: Path) -> None:
     """Medusa-2: the base target with the drafter's adapter merged, saved to `output`."""
-    from transformers import AutoTokenizer
 
     from .defaults import target_location
     from .lora_adapter import adapter_dir, merge_adapter
-    from .safe_load import load_causal_lm
+    from .safe_load import load_causal_lm, load_tokenizer
 
     location = target_location(base_model)
     base = load_causal_lm(location, dtype="auto")
     merged = merge_adapter(base, adapter_dir(folder))
     merged.save_pretrained(output)
-    AutoTokenizer.from_pretrained(location).save_pretrained(output)
+    load_tokenizer(location).save_pretrained(output)

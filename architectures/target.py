@@ -123,12 +123,11 @@ class TargetAdapter(nn.Module):
         cls, path: str | Path, dtype: torch.dtype = torch.float32, device: str = "cpu"
     ) -> TargetAdapter:
         """Load a causal LM and its tokenizer from a folder or hub name."""
-        from transformers import AutoConfig
         from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
-        from .safe_load import load_causal_lm, load_tokenizer
+        from .safe_load import load_causal_lm, load_config, load_tokenizer
 
-        config = AutoConfig.from_pretrained(path)
+        config = load_config(path)
         if config.model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
             raise TargetError(
                 f"{path}: model type {config.model_type!r} has no causal-LM head "

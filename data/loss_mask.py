@@ -28,7 +28,11 @@ class Tokenized:
     loss_mask: list[int]  # 1 where the token is supervised (assistant text, or plain text)
 
 
-def _render(tokenizer, messages, add_generation_prompt: bool) -> str:
+def render_chat(tokenizer, messages, add_generation_prompt: bool = False) -> str:
+    """The tokenizer's chat template rendered on `messages` (text). Every way it can fail — a
+    template that raises, reaches outside jinja2's sandbox, or loops past its bounds — is a
+    `TemplateError`: one line, never a traceback. The one place draftzoo renders a target's
+    template."""
     try:
         return tokenizer.apply_chat_template(
             list(messages), tokenize=False, add_generation_prompt=add_generation_prompt
@@ -48,8 +52,8 @@ def assistant_spans(tokenizer, messages) -> tuple[str, list[tuple[int, int]]]:
     for i, message in enumerate(messages):
         if message["role"] != "assistant":
             continue
-        prefix = _render(tokenizer, messages[:i], add_generation_prompt=True)
-        upto = _render(tokenizer, messages[: i + 1], add_generation_prompt=False)
+        prefix = render_chat(tokenizer, messages[:i], add_generation_prompt=True)
+        upto = render_chat(tokenizer, messages[: i + 1], add_generation_prompt=False)
         if not upto.startswith(prefix):
             raise TemplateError(
                 f"assistant turn {i}: the template's rendering of the turns before it (with the "
@@ -61,7 +65,7 @@ def assistant_spans(tokenizer, messages) -> tuple[str, list[tuple[int, int]]]:
             raise TemplateError(f"assistant turn {i} renders to nothing")
         spans.append((len(prefix), end))
         renderings.append(upto[:end])
-    full = _render(tokenizer, messages, add_generation_prompt=False)
+    full = render_chat(tokenizer, messages, add_generation_prompt=False)
     if not all(full.startswith(upto) for upto in renderings):
         raise TemplateError("the template renders earlier turns differently once later ones follow")
     return full, spans

@@ -20,6 +20,7 @@ from pathlib import Path
 from ..architectures.errors import DraftzooError
 from .chat_pairs import INSTRUCTION, iter_function_pairs
 from .corpus import CorpusSpec, list_sources, read_source
+from .loss_mask import render_chat
 
 
 @dataclass(frozen=True)
@@ -41,9 +42,7 @@ class Prompt:
         """Plain completion text, or the chat-template rendering with the assistant cue."""
         if not chat:
             return self.text
-        return tokenizer.apply_chat_template(
-            self.as_messages(), tokenize=False, add_generation_prompt=True
-        )
+        return render_chat(tokenizer, self.as_messages(), add_generation_prompt=True)
 
 
 def humaneval_prompts() -> list[Prompt]:

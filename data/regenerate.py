@@ -32,6 +32,7 @@ import torch
 from ..architectures.defaults import ANSWER_MAX_NEW_TOKENS, TEMPERATURE
 from .conversations import RowReport, Sample, iter_rows, iter_samples
 from .errors import DataError
+from .loss_mask import render_chat
 from .token_dataset import DataConfig
 
 logger = logging.getLogger(__name__)
@@ -164,10 +165,7 @@ def _answer(
     """`model`'s answers to each context (a message list ending before an assistant turn), and
     how many of them were capped to the room the writer's context leaves (the batch's longest
     prompt sets it; a prompt that fills the context gets an empty answer, counted)."""
-    prompts = [
-        tokenizer.apply_chat_template(c, tokenize=False, add_generation_prompt=True)
-        for c in contexts
-    ]
+    prompts = [render_chat(tokenizer, c, add_generation_prompt=True) for c in contexts]
     encoded = tokenizer(prompts, add_special_tokens=False, return_tensors="pt", padding=True)
     encoded = {k: v.to(model.device) for k, v in encoded.items()}
     room = answer_room(model, encoded["input_ids"].shape[1], config.max_new_tokens)
@@ -193,7 +191,7 @@ def _prompt_tokens(tokenizer, sample: Sample) -> int:
         return 0
     roles = [m["role"] for m in sample.messages]
     context = list(sample.messages[: roles.index("assistant") if "assistant" in roles else None])
-    prompt = tokenizer.apply_chat_template(context, tokenize=False, add_generation_prompt=True)
+    prompt = render_chat(tokenizer, context, add_generation_prompt=True)
     return len(tokenizer(prompt, add_special_tokens=False)["input_ids"])
 
 

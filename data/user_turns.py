@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 
 from .errors import DataError
+from .loss_mask import render_chat
 
 logger = logging.getLogger(__name__)
 
@@ -90,7 +91,7 @@ def user_turn_prefix(tokenizer, system: str | None = None) -> str:
     messages = [{"role": "user", "content": _SENTINEL}]
     if system is not None:
         messages.insert(0, {"role": "system", "content": system})
-    rendered = tokenizer.apply_chat_template(messages, tokenize=False)
+    rendered = render_chat(tokenizer, messages)
     if _SENTINEL not in rendered:
         raise DataError("the chat template does not render a user turn's content")
     return rendered.split(_SENTINEL)[0]

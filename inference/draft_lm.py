@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..architectures.drafter_io import DrafterError, check_drafter_target
-from ..architectures.safe_load import load_causal_lm
+from ..architectures.safe_load import load_causal_lm, load_tokenizer
 from ..architectures.target import TargetAdapter
 from .drafter_request import DrafterRequest, LoadedDrafter
 from .proposers import DraftModelProposer, Proposer, ProposerError, vocabularies_match
@@ -15,10 +15,9 @@ from .proposers import DraftModelProposer, Proposer, ProposerError, vocabularies
 def load_runtime(folder, record: dict, target, tokenizer, request: DrafterRequest):
     """A draft LM sharing the target's tokenizer, loaded for `target` (the draft-LM family's
     `runtime`; chains only)."""
-    from transformers import AutoTokenizer
 
     check_drafter_target(folder, TargetAdapter(target, tokenizer).fingerprint(), record)
-    if not vocabularies_match(AutoTokenizer.from_pretrained(folder), tokenizer):
+    if not vocabularies_match(load_tokenizer(folder), tokenizer):
         raise ProposerError(f"drafter {folder} does not share the target's tokenizer")
     if not (Path(folder) / "model.safetensors").is_file():
         raise DrafterError(

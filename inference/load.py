@@ -305,9 +305,9 @@ def load(
         )
         tokenizer = tokenizer or loaded_tokenizer
     elif tokenizer is None:
-        from transformers import AutoTokenizer
+        from ..architectures.safe_load import load_tokenizer
 
-        tokenizer = AutoTokenizer.from_pretrained(target.config._name_or_path)
+        tokenizer = load_tokenizer(target.config._name_or_path)
     runtime = load_drafter(
         folder,
         target,
@@ -360,10 +360,9 @@ def build_generator(
     `prompt_lookup` n-grams (min, max), `suffix` decoding (beside a drafter: the hybrid's
     suffix settings), or target-only decoding when none is given.
     `num_speculative_tokens=None`: adaptive. `tree`: None serves a published drafter's tree."""
-    from transformers import AutoTokenizer
 
     from ..architectures.defaults import COMMITTED_TARGET
-    from ..architectures.safe_load import load_causal_lm
+    from ..architectures.safe_load import load_causal_lm, load_tokenizer
     from .proposers import DraftModelProposer
 
     if drafter is not None:
@@ -390,7 +389,5 @@ def build_generator(
     elif draft_model is not None:
         location = target_location(draft_model)
         draft = load_causal_lm(location, dtype=torch.float32).to(model.device)
-        proposer = DraftModelProposer(
-            draft, AutoTokenizer.from_pretrained(location), tokenizer, cache
-        )
+        proposer = DraftModelProposer(draft, load_tokenizer(location), tokenizer, cache)
     return SpeculativeGenerator(model, tokenizer, proposer, num_speculative_tokens, cache)

@@ -450,3 +450,36 @@ def test_bad_capture_formats_and_loss_chunks(testbed_tiny, tmp_path, capsys):
     (shards / "index.json").write_text(json.dumps({**index, "dtype": "float8_e4m3"}))
     _assert_one_error_line(["train", recipe, *offline, *fp8], capsys, "its index says float8_e4m3")
     assert not (tmp_path / "run" / "drafter").exists()
+
+
+def test_a_target_with_its_own_code_or_an_unsafe_chat_template(tmp_path, capsys):
+    """A target folder whose config names its own Python files is refused before any of them
+    could be read; a chat template that reaches outside jinja2's sandbox or loops past its
+    bounds is refused where it is rendered: one line each, nothing written."""
+    import shutil
+
+    from draftzoo.train.testbed import committed_testbed_dir
+
+    out = tmp_path / "eval"
+    ran = tmp_path / "ran"
+    custom = tmp_path / "custom"
+    shutil.copytree(committed_testbed_dir(), custom)
+    config = json.loads((custom / "config.json").read_text())
+    config["auto_map"] = {"AutoModelForCausalLM": "modeling_x.XModel"}
+    (custom / "config.json").write_text(json.dumps(config))
+    (custom / "modeling_x.py").write_text(f"open({str(ran)!r}, 'w')\n")
+    evaluate = ["eval", "--prompt-lookup", "--prompts", "2", "--max-new-tokens", "4"]
+    evaluate += ["--temperatures", "0", "--certificate-samples", "0", "--output-dir", str(out)]
+    _assert_one_error_line([*evaluate, "--target", str(custom)], capsys, "model's own code")
+    _assert_one_error_line(
+        ["generate", "--target", str(custom), "--prompt", "hi"], capsys, "model's own code"
+    )
+    for template, needle in (
+        ("{{ ''.__class__.__mro__ }}", "unsafe"),
+        ("{% for i in range(10**9) %}{{ i }}{% endfor %}", "MAX_RANGE"),
+    ):
+        evil = tmp_path / f"evil-{needle}"
+        shutil.copytree(committed_testbed_dir(), evil)
+        (evil / "chat_template.jinja").write_text(template)
+        _assert_one_error_line([*evaluate, "--target", str(evil)], capsys, "chat template", needle)
+    assert not ran.exists() and not out.exists()

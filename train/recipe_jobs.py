@@ -40,12 +40,11 @@ def regenerate_for_recipe(
 def _load_writer(name: str, location: str, target):
     """A causal LM that shares the target's tokenizer, on the target's device."""
     import torch
-    from transformers import AutoTokenizer
 
-    from ..architectures.safe_load import load_causal_lm
+    from ..architectures.safe_load import load_causal_lm, load_tokenizer
     from ..architectures.target import TargetError, tokenizer_hash
 
-    if tokenizer_hash(AutoTokenizer.from_pretrained(location)) != tokenizer_hash(target.tokenizer):
+    if tokenizer_hash(load_tokenizer(location)) != tokenizer_hash(target.tokenizer):
         raise TargetError(f"--writer {name} does not share the target's tokenizer")
     writer = load_causal_lm(location, dtype=torch.float32)
     return writer.to(target.model.device).eval()

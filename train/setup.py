@@ -89,18 +89,20 @@ def model_config(name_or_path: str):
     folder once fetched, else its hub model's), shipped copy, or the hub."""
     from transformers import AutoConfig
 
+    from ..architectures.safe_load import load_config
+
     if name_or_path == COMMITTED_TARGET:
-        return AutoConfig.from_pretrained(target_path(TargetSpec(path=name_or_path)))
+        return load_config(target_path(TargetSpec(path=name_or_path)))
     name_or_path = _fetched_or_hub_id(name_or_path)
     if Path(name_or_path).is_dir():
-        return AutoConfig.from_pretrained(name_or_path)
+        return load_config(name_or_path)
     shipped = shipped_config_path(name_or_path)
     if shipped.is_file():
         import json
 
         data = json.loads(shipped.read_text())
         return AutoConfig.for_model(data.pop("model_type"), **data)
-    return AutoConfig.from_pretrained(name_or_path)
+    return load_config(name_or_path)
 
 
 def _fetched_or_hub_id(name: str) -> str:
