@@ -45,12 +45,14 @@ class DraftLMConfig:
     def __post_init__(self) -> None:
         if self.init_from and self.copy_target_embeddings:
             raise ValueError("draft.copy_target_embeddings cannot be combined with init_from")
+        sizes = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads")
+        for name in (*sizes, "intermediate_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"draft.{name} must be >= 1, got {getattr(self, name)}")
         if self.hidden_size % self.num_attention_heads:
             raise ValueError("draft.hidden_size must be divisible by num_attention_heads")
         if self.num_attention_heads % self.num_key_value_heads:
             raise ValueError("draft.num_attention_heads must be divisible by num_key_value_heads")
-        if self.num_hidden_layers < 1:
-            raise ValueError("draft.num_hidden_layers must be >= 1")
 
 
 def draft_lm_model_config(config: DraftLMConfig, target_config):

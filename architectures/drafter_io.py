@@ -104,13 +104,28 @@ def read_drafter_record(path: Path) -> dict[str, Any]:
     file = Path(path) / RECORD_FILE
     if not file.is_file():
         raise DrafterError(f"{path} is not a draftzoo drafter (no {RECORD_FILE})")
-    try:
-        record = json.loads(file.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise DrafterError(f"{file} is not valid JSON: {err}") from err
-    if not isinstance(record, dict) or not isinstance(record.get("family"), str):
+    record = _json_object(file)
+    if not isinstance(record.get("family"), str):
         raise DrafterError(f"{file} is not a drafter record (a JSON object naming its family)")
     return record
+
+
+def read_drafter_config(path: Path) -> dict[str, Any]:
+    """The `config.json` of a drafter folder (a JSON object)."""
+    file = Path(path) / "config.json"
+    if not file.is_file():
+        raise DrafterError(f"{path} has no config.json")
+    return _json_object(file)
+
+
+def _json_object(file: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(file.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as err:
+        raise DrafterError(f"{file} is not valid JSON: {err}") from err
+    if not isinstance(data, dict):
+        raise DrafterError(f"{file} is not a JSON object")
+    return data
 
 
 def check_drafter_target(

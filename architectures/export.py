@@ -54,12 +54,13 @@ from .drafter_io import (
     check_replaceable,
     is_marked_export,
     output_path,
+    read_drafter_config,
     read_drafter_record,
     read_drafter_weights,
     replace_dir,
     scratch_dir,
 )
-from .errors import ExportError
+from .errors import DraftzooError, ExportError
 
 #: formats that carry the target's input embedding unless told otherwise
 EMBEDDING_BY_DEFAULT = ("speculators",)
@@ -241,12 +242,13 @@ def export_drafter(
     embed = _embedding_asked(spec, fmt, embed_tokens)
     if not target and (spec.export_needs_target or embed):
         raise ExportError(f"{path}: the drafter's record names no target; name it (--target)")
+    config = read_drafter_config(path)
     tmp = scratch_dir(output_dir, "tmp")
     export = Export(
         source=path,
         folder=tmp,
         record=record,
-        config=json.loads((path / "config.json").read_text()),
+        config=config,
         fmt=fmt,
         target_config=target_config,
         target=target,
@@ -258,7 +260,16 @@ def export_drafter(
         for name in TOKENIZER_FILES:
             if (path / name).is_file():
                 shutil.copy2(path / name, tmp / name)
-        exporter(export)
+        try:
+            exporter(export)
+        except DraftzooError:
+            raise
+        except Exception as err:  # the drafter folder is untrusted input
+            said = " ".join(str(err).split())[:300]
+            raise ExportError(
+                f"{path} does not export as a {spec.display_name} drafter: "
+                f"{type(err).__name__}: {said}"
+            ) from err
         _check_marked(tmp, spec.name, fmt)
         return replace_dir(tmp, output_dir, inputs=(path,))
     except BaseException:

@@ -7,6 +7,7 @@ applies; the help text names it.
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -116,9 +117,18 @@ def _add_overrides(parser: argparse.ArgumentParser) -> None:
     )
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """An argument parser whose refusals are one `draftzoo: error:` line (exit 2), like every
+    other bad input; `--help` shows the usage."""
+
+    def error(self, message: str):
+        sys.stderr.write(f"draftzoo: error: {self.prog}: {message} (see {self.prog} --help)\n")
+        raise SystemExit(2)
+
+
 def build_parser(handlers: Mapping[str, Callable]) -> argparse.ArgumentParser:
     """The argument parser of every subcommand; `handlers`: command -> its handler."""
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="draftzoo", description="Train, measure and serve speculative-decoding drafters."
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")

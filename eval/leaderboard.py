@@ -38,6 +38,8 @@ from .certificate import headline as certificate_headline
 logger = logging.getLogger(__name__)
 
 LEADERBOARD_FILE = "LEADERBOARD.md"
+#: what reading a damaged report raises (its JSON, its shape, its values)
+UNREADABLE = (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError, RecursionError)
 PLOT_FILE = "leaderboard.png"
 #: the reference methods' names (the families' come from the registry)
 REFERENCE_NAMES = {
@@ -214,7 +216,7 @@ def rows_from_zoo(zoo: Path, target: str | None = None) -> list[Row]:
         try:
             report = json.loads((folder / "report.json").read_text())
             rows.append(row_from_report(report, name, folder, card=f"{name}/README.md"))
-        except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as err:
+        except UNREADABLE as err:
             # one broken entry does not hide the others; it is named, not ranked
             logger.warning("zoo entry %s left out: its report.json cannot be read (%s)", name, err)
     return rows
@@ -223,9 +225,12 @@ def rows_from_zoo(zoo: Path, target: str | None = None) -> list[Row]:
 def rows_from_references(path: Path) -> list[Row]:
     """Reference rows as `bench/families.py` writes them (`Row` fields as JSON)."""
     rows = []
-    for saved in json.loads(Path(path).read_text()):
-        measured = {k: Measured(**v) for k, v in saved.pop("temperatures").items()}
-        rows.append(Row(**saved, temperatures=measured, reference=True))
+    try:
+        for saved in json.loads(Path(path).read_text()):
+            measured = {k: Measured(**v) for k, v in saved.pop("temperatures").items()}
+            rows.append(Row(**saved, temperatures=measured, reference=True))
+    except UNREADABLE as err:
+        raise ConfigError(f"--references {path}: not a reference-rows file ({err!r:.200})") from err
     return rows
 
 
@@ -490,13 +495,16 @@ def collect_rows(
     rows, only those measured on `target` when it is given; none at all is an error."""
     rows = [row for zoo in zoos for row in rows_from_zoo(zoo, target)]
     for path in reports:
-        report = json.loads(path.read_text()) if path.is_file() else None
-        if report is None or "results" not in report:
-            raise ConfigError(f"--report {path}: not an eval report")
-        if target and report["target"]["name"] != target:
-            continue
-        folder = Path(report["checkpoint"]["path"])
-        rows.append(row_from_report(report, folder.name, folder if folder.is_dir() else None))
+        try:
+            report = json.loads(path.read_text())
+            if "results" not in report:
+                raise KeyError("results")
+            if target and report["target"]["name"] != target:
+                continue
+            folder = Path(report["checkpoint"]["path"])
+            rows.append(row_from_report(report, folder.name, folder if folder.is_dir() else None))
+        except UNREADABLE as err:
+            raise ConfigError(f"--report {path}: not an eval report ({err!r:.200})") from err
     if references:
         rows += rows_from_references(references)
     if not rows:

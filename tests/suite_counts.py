@@ -1,7 +1,9 @@
 """Tallies the robustness tests keep, printed at the end of a pytest run (`conftest.py`).
 
 `KILLS[command]`: SIGKILLs a command survived (rerun, nothing lost); `BAD_INPUTS[command]`: bad
-inputs it refused with one clean error line, nothing written.
+inputs it refused with one clean error line, nothing written; `GENERATED["<kind> refused"]` and
+`GENERATED["<kind> accepted"]`: generated damaged inputs run clean (one error line, or a
+success), the canary beside them unchanged.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from collections import Counter
 
 KILLS: Counter[str] = Counter()
 BAD_INPUTS: Counter[str] = Counter()
+GENERATED: Counter[str] = Counter()
 
 
 def summary_lines() -> list[str]:
@@ -22,5 +25,10 @@ def summary_lines() -> list[str]:
         parts = ", ".join(f"{name} {count}" for name, count in sorted(BAD_INPUTS.items()))
         lines.append(
             f"bad inputs: {sum(BAD_INPUTS.values())} refused with one error line ({parts})"
+        )
+    if GENERATED:
+        parts = ", ".join(f"{name} {count}" for name, count in sorted(GENERATED.items()))
+        lines.append(
+            f"generated bad inputs: {sum(GENERATED.values())} run clean, canary unchanged ({parts})"
         )
     return lines
