@@ -139,6 +139,21 @@ def test_damaged_drafter_folders(damage, family, tiny_drafters, testbed_tiny, ca
         _run("drafter folder", [*generate, "--max-new-tokens", "3"], canary)
         export = ["export", str(folder), "--format", "vllm", "--output-dir", f"{tmp}/out"]
         _run("drafter folder", [*export, "--target", target], canary)
+        _load_in_python(folder, target, canary)
+
+
+def _load_in_python(folder: Path, target: str, canary: Path) -> None:
+    """`draftzoo.load` on the folder: a generator, or a typed `DraftzooError`."""
+    import draftzoo
+
+    before = _snapshot(canary)
+    try:
+        draftzoo.load(folder, target)
+        outcome = "accepted"
+    except draftzoo.DraftzooError:
+        outcome = "refused"
+    assert _snapshot(canary) == before
+    GENERATED[f"python load {outcome}"] += 1
 
 
 # -- zoo indexes and reports -------------------------------------------------------------------
