@@ -22,7 +22,8 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from .errors import DraftzooError
@@ -71,9 +72,13 @@ def _alive(pid: int) -> bool:
 
 
 def clean_stale_scratch(beside: Path) -> None:
-    """Delete the `tmp` scratch folders of `beside` that killed processes left: those whose
-    mark names a process that is gone (a folder without the mark is not ours to delete)."""
-    for path in Path(beside).parent.glob(f".{Path(beside).name}.tmp-*"):
+    """Delete the scratch folders of `beside` that killed processes left: those whose mark
+    names a process that is gone (a folder without the mark is not ours to delete); an `old`
+    one only while `beside` exists (else it is the only copy, for `interrupted_swap`)."""
+    stale = list(Path(beside).parent.glob(f".{Path(beside).name}.tmp-*"))
+    if Path(beside).exists():
+        stale += Path(beside).parent.glob(f".{Path(beside).name}.old-*")
+    for path in stale:
         mark = path / SCRATCH_MARK
         if path.is_symlink() or not mark.is_file() or mark.is_symlink():
             continue
@@ -153,16 +158,60 @@ def replace_dir(
 ) -> Path:
     """Move the finished folder `tmp` to `output_dir`, replacing any old one whole (only one
     that `check_replaceable` allows)."""
+    with swapped_in(tmp, output_dir, inputs, zoo_managed):
+        pass
+    return output_dir
+
+
+@contextmanager
+def swapped_in(
+    tmp: Path, output_dir: Path, inputs: Iterable[Path | str] = (), zoo_managed: bool = False
+) -> Iterator[Path]:
+    """`replace_dir` whose old folder is kept, under an `old` scratch name, until the `with`
+    block ends: a block that fails (an index that cannot be written) puts the old folder back
+    and the new one back at `tmp`, so what names the folder and the folder always agree."""
     check_replaceable(output_dir, inputs, zoo_managed)
-    (Path(tmp) / SCRATCH_MARK).unlink(missing_ok=True)
+    tmp, output_dir = Path(tmp), Path(output_dir)
+    (tmp / SCRATCH_MARK).unlink(missing_ok=True)
+    old = None
     if output_dir.exists():
         old = scratch_dir(output_dir, "old")
-        os.replace(output_dir, old)  # onto the empty scratch folder
+        try:
+            os.replace(output_dir, old)  # onto the empty scratch folder
+        except BaseException:
+            old.rmdir()
+            raise
+        _mark(old)  # a kill from here on leaves it to `clean_stale_scratch` or recovery
+    try:
         os.replace(tmp, output_dir)
-        shutil.rmtree(old)
-    else:
-        os.replace(tmp, output_dir)
-    return output_dir
+    except BaseException:
+        if old is not None:
+            _put_back(old, output_dir)
+        raise
+    try:
+        yield output_dir
+    except BaseException:
+        os.replace(output_dir, tmp)
+        if old is not None:
+            _put_back(old, output_dir)
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _mark(scratch: Path) -> None:
+    (scratch / SCRATCH_MARK).write_text(json.dumps({"pid": os.getpid()}))
+
+
+def _put_back(old: Path, output_dir: Path) -> None:
+    """An `old` scratch folder back at `output_dir`, without its mark."""
+    (old / SCRATCH_MARK).unlink(missing_ok=True)
+    os.replace(old, output_dir)
+
+
+def restore_interrupted(interrupted: Path, folder: Path) -> None:
+    """Put back the old folder `interrupted_swap` found for `folder`."""
+    _put_back(interrupted, folder)
 
 
 def write_text_atomically(path: Path, text: str) -> None:

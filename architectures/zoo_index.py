@@ -97,14 +97,25 @@ class ZooIndex:
         with os.fdopen(fd, "r+") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             entries = self.entries()
+            self._saved = _payload(entries)
             yield entries
-            self._write(entries)
+            if _payload(entries) != self._saved:
+                self.save(entries)
 
-    def _write(self, entries: dict[str, dict[str, Any]]) -> None:
+    def save(self, entries: dict[str, dict[str, Any]]) -> None:
+        """Write the index now (inside `locked()`), whole; a failure leaves the old one."""
         from .output_folders import write_text_atomically
 
-        payload = {"version": INDEX_VERSION, "drafters": dict(sorted(entries.items()))}
-        write_text_atomically(self.file, json.dumps(payload, indent=1) + "\n")
+        text = _payload(entries)
+        write_text_atomically(self.file, text)
+        self._saved = text
+
+
+def _payload(entries: dict[str, dict[str, Any]]) -> str:
+    return (
+        json.dumps({"version": INDEX_VERSION, "drafters": dict(sorted(entries.items()))}, indent=1)
+        + "\n"
+    )
 
 
 def close_names(name: str, names: list[str]) -> list[str]:

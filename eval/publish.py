@@ -13,7 +13,6 @@ after that: a publish that fails midway leaves the zoo as it was.
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 from datetime import datetime, timezone
@@ -28,11 +27,11 @@ from ..architectures.drafter_io import (
     defining_files,
     interrupted_swap,
     read_drafter_record,
-    replace_dir,
     scratch_dir,
 )
 from ..architectures.errors import DraftzooError
 from ..architectures.export import TOKENIZER_FILES
+from ..architectures.output_folders import restore_interrupted, swapped_in
 from ..architectures.zoo_index import ZooIndex
 from .certificate import describe
 from .certificate import headline as certificate_headline
@@ -146,25 +145,28 @@ def publish(
         interrupted = interrupted_swap(target)
         if interrupted is not None:
             # an earlier publish died between its two renames: put the old entry back first
-            os.replace(interrupted, target)
+            restore_interrupted(interrupted, target)
         tmp = scratch_dir(target, "tmp")
         try:
             _build_folder(folder, tmp, name, record, report, report_path)
-            replace_dir(tmp, target, zoo_managed=True)
+            # the old entry is dropped only once the index names the new one: a failing index
+            # write puts the old folder back, so folder and index always agree
+            with swapped_in(tmp, target, zoo_managed=True):
+                entries[name] = {
+                    "name": name,
+                    "family": record["family"],
+                    "target": record["target"],
+                    "base_model": report["target"]["name"],
+                    "metrics": headline(report),
+                    "certificate": certificate_headline(report["certificate"]),
+                    "serving": report["serving"],
+                    "files": name,
+                    "checkpoint_hash": digest,
+                    "published": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                }
+                index.save(entries)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
-        entries[name] = {
-            "name": name,
-            "family": record["family"],
-            "target": record["target"],
-            "base_model": report["target"]["name"],
-            "metrics": headline(report),
-            "certificate": certificate_headline(report["certificate"]),
-            "serving": report["serving"],
-            "files": name,
-            "checkpoint_hash": digest,
-            "published": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        }
     return target
 
 

@@ -297,3 +297,95 @@ def test_two_publishes_at_once_both_land(publishable, tmp_path):
     assert sorted(entries) == ["first", "second"]
     for name in entries:
         assert (ZooIndex(zoo).folder(name) / "README.md").is_file()
+
+
+@pytest.fixture(scope="module")
+def other_publishable(tiny_drafters, tiny_target_model, tmp_path_factory):
+    """(drafter folder, its eval report) of another checkpoint: the tiny EAGLE-1."""
+    from draftzoo.eval.runner import EvalConfig, evaluate, write_report
+    from draftzoo.inference.load import load_drafter
+
+    model, tokenizer, path = tiny_target_model
+    folder = tiny_drafters["eagle1"]
+    drafter = load_drafter(folder, model, tokenizer, "chain", 3)
+    config = EvalConfig(
+        max_prompts=2, max_new_tokens=12, temperatures=(0.0,), certificate_samples=300
+    )
+    report = evaluate(model, tokenizer, drafter, config, str(path), show_progress=False)
+    return folder, write_report(report, tmp_path_factory.mktemp("fault-report-b"))
+
+
+class _Faults:
+    """Makes the n-th call of the patched file operations fail: once (`transient`), or that
+    one and every later one (`persistent`, a disk that stays full)."""
+
+    def __init__(self, monkeypatch, kind: str, at: int) -> None:
+        import errno
+        import os
+        import shutil
+
+        self.calls, self.fired = 0, False
+        code = errno.ENOSPC if kind == "full disk" else errno.EIO
+        names = {
+            "rename": [(os, "replace")],
+            "fsync": [(os, "fsync")],
+            "full disk": [(shutil, "copyfile"), (os, "fsync")],
+        }[kind]
+        for module, name in names:
+            real = getattr(module, name)
+            monkeypatch.setattr(module, name, self._failing(real, at, code, kind == "full disk"))
+
+    def _failing(self, real, at: int, code: int, persistent: bool):
+        def call(*args, **kwargs):
+            self.calls += 1
+            if self.calls == at or (persistent and self.calls > at):
+                self.fired = True
+                raise OSError(code, "injected failure")
+            return real(*args, **kwargs)
+
+        return call
+
+
+@pytest.mark.parametrize("kind", ["rename", "fsync", "full disk"])
+def test_publish_overwrite_of_another_checkpoint_survives_failing_writes(
+    kind, publishable, other_publishable, tiny_target_model, tmp_path, monkeypatch, capsys
+):
+    """`publish --overwrite` of a different checkpoint, with the n-th rename, fsync or file copy
+    failing (n = 1, 2, ... until one publish gets through untouched): it exits 0, or 2 with one
+    line; the index's hash is always the entry folder's weights (the old entry's when it
+    failed), every command finds the entry, and no scratch folder or temporary index is left."""
+    import draftzoo
+    from draftzoo.architectures.drafter_io import checkpoint_hash
+    from draftzoo.architectures.zoo_index import ZooIndex
+    from draftzoo.cli import main
+    from draftzoo.eval.publish import publish
+
+    (old_folder, old_report), (new_folder, new_report) = publishable, other_publishable
+    old_hash, new_hash = checkpoint_hash(old_folder), checkpoint_hash(new_folder)
+    assert old_hash != new_hash
+    target = str(tiny_target_model[2])
+    for at in range(1, 60):
+        zoo = tmp_path / f"zoo-{at}"
+        publish(old_folder, old_report, zoo, "entry")
+        args = ["publish", str(new_folder), "--report", str(new_report), "--zoo", str(zoo)]
+        with monkeypatch.context() as patch:
+            faults = _Faults(patch, kind, at)
+            code = main([*args, "--name", "entry", "--overwrite"])
+        errors = [x for x in capsys.readouterr().err.splitlines() if x.startswith("draftzoo")]
+        index = ZooIndex(zoo)
+        entry = index.entries()["entry"]
+        assert checkpoint_hash(index.folder("entry")) == entry["checkpoint_hash"]
+        if faults.fired:
+            assert code == 2 and len(errors) == 1 and "injected failure" in errors[0]
+            assert entry["checkpoint_hash"] == old_hash  # the old entry, whole
+        else:
+            assert code == 0 and entry["checkpoint_hash"] == new_hash
+        assert main(["zoo", "list", "--zoo", str(zoo)]) == 0
+        draftzoo.load("entry", target, zoos=[zoo])
+        assert sorted(p.name for p in zoo.iterdir()) == [".lock", "entry", "index.json"]
+        if not faults.fired:
+            break
+        KILLS[f"publish {kind} failure"] += 1
+    else:
+        raise AssertionError("the faults never stopped firing")
+    assert KILLS[f"publish {kind} failure"] >= 1
