@@ -260,21 +260,26 @@ def export_drafter(
         for name in TOKENIZER_FILES:
             if (path / name).is_file():
                 shutil.copy2(path / name, tmp / name)
-        try:
-            exporter(export)
-        except DraftzooError:
-            raise
-        except Exception as err:  # the drafter folder is untrusted input
-            said = " ".join(str(err).split())[:300]
-            raise ExportError(
-                f"{path} does not export as a {spec.display_name} drafter: "
-                f"{type(err).__name__}: {said}"
-            ) from err
+        _run_exporter(exporter, export, spec.display_name)
         _check_marked(tmp, spec.name, fmt)
         return replace_dir(tmp, output_dir, inputs=(path,))
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)  # a refused or failed export leaves nothing
         raise
+
+
+def _run_exporter(exporter, export: Export, family: str) -> None:
+    """The family's exporter; whatever the drafter's files make it raise (they are untrusted
+    input) is one line naming the folder."""
+    try:
+        exporter(export)
+    except DraftzooError:
+        raise
+    except Exception as err:
+        said = " ".join(str(err).split())[:300]
+        raise ExportError(
+            f"{export.source} does not export as a {family} drafter: {type(err).__name__}: {said}"
+        ) from err
 
 
 def export_for_target(

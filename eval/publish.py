@@ -152,22 +152,27 @@ def publish(
             # the old entry is dropped only once the index names the new one: a failing index
             # write puts the old folder back, so folder and index always agree
             with swapped_in(tmp, target, zoo_managed=True):
-                entries[name] = {
-                    "name": name,
-                    "family": record["family"],
-                    "target": record["target"],
-                    "base_model": report["target"]["name"],
-                    "metrics": headline(report),
-                    "certificate": certificate_headline(report["certificate"]),
-                    "serving": report["serving"],
-                    "files": name,
-                    "checkpoint_hash": digest,
-                    "published": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                }
+                entries[name] = _index_entry(name, record, report, digest)
                 index.save(entries)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     return target
+
+
+def _index_entry(name: str, record: dict, report: dict, digest: str) -> dict[str, Any]:
+    """The zoo index's entry for a drafter published as `name`."""
+    return {
+        "name": name,
+        "family": record["family"],
+        "target": record["target"],
+        "base_model": report["target"]["name"],
+        "metrics": headline(report),
+        "certificate": certificate_headline(report["certificate"]),
+        "serving": report["serving"],
+        "files": name,
+        "checkpoint_hash": digest,
+        "published": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
 
 
 def _refuse_links(folder: Path) -> None:

@@ -129,7 +129,7 @@ def start_run(recipe) -> Run:
     lock = hold_work_dir(work_dir)  # a second run of the same recipe is refused here
     try:
         run = _set_up(recipe, output_dir, work_dir, cache_dir)
-    except DraftzooError:
+    except (DraftzooError, OSError):  # refused (or a file that cannot be read) at set-up
         lock.release()
         if fresh:  # refused before the first step: leave no run folder behind
             shutil.rmtree(work_dir, ignore_errors=True)

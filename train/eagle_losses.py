@@ -26,6 +26,7 @@ is exactly what a token drafted at T = 1 loses; EAGLE-3 then scores every real p
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -151,6 +152,18 @@ def _token_loss(logits, target, wanted, t2d, token_loss: str) -> torch.Tensor:
     return torch.where(t2d[wanted], ce, torch.zeros_like(ce))
 
 
+def _draft_token_rows(head, teacher_head, d2t, t2d, token_loss: str, hidden, final):
+    """(token loss, top-1 hit) per position of one EAGLE-3 step, from its states and the
+    target's final states one position ahead (`rowwise`'s row function)."""
+    logits = head(hidden)
+    with torch.no_grad():
+        target = teacher_head(final).float()
+        wanted = target.argmax(-1)
+        draft_ids = logits.argmax(-1)
+        correct = draft_ids + d2t[draft_ids] == wanted
+    return _token_loss(logits, target, wanted, t2d, token_loss), correct
+
+
 def _final_regression(hidden, wanted_state, head_norm) -> torch.Tensor:
     """Per position SmoothL1(head_norm(h_j), f_{t+1+j}), averaged over the hidden size."""
     return F.smooth_l1_loss(head_norm(hidden).float(), wanted_state.float(), reduction="none").mean(
@@ -185,15 +198,7 @@ def eagle3_loss_sums(
     if final_feature_weight and head_norm is None:
         raise ValueError("final_feature_weight needs the target's final norm")
 
-    def token_rows(h: torch.Tensor, f: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        logits = head(h)
-        with torch.no_grad():
-            target = teacher_head(f).float()
-            wanted = target.argmax(-1)
-            draft_ids = logits.argmax(-1)
-            correct = draft_ids + d2t[draft_ids] == wanted
-        return _token_loss(logits, target, wanted, t2d, token_loss), correct
-
+    token_rows = partial(_draft_token_rows, head, teacher_head, d2t, t2d, token_loss)
     loss = torch.zeros((), device=final.device)
     stats: Stats = {}
     aligned = torch.zeros((), device=final.device)
@@ -214,10 +219,9 @@ def eagle3_loss_sums(
             stats[f"acc_{j}"] = torch.stack([hits, real.sum().to(loss.dtype)])
             if j == 0:
                 stats.update(split_by_repeats(correct, repeated))
+    positions = torch.stack([real.sum() for real in select]).sum()
     if feature_weight:
-        count = torch.stack([real.sum() for real in select]).sum().to(aligned)
-        stats["feature_loss"] = torch.stack([aligned, count])
+        stats["feature_loss"] = torch.stack([aligned, positions.to(aligned)])
     if final_feature_weight:
-        count = torch.stack([real.sum() for real in select]).sum().to(regressed)
-        stats["final_feature_loss"] = torch.stack([regressed, count])
+        stats["final_feature_loss"] = torch.stack([regressed, positions.to(regressed)])
     return loss, stats

@@ -132,8 +132,7 @@ def _training_forward(drafter, ids: list[int], states: torch.Tensor) -> list[tor
     n = len(ids)
     causal = torch.ones(n, n, dtype=torch.bool).tril()[None, None]
     select = [torch.ones(1, n, dtype=torch.bool)] * drafter.depth
-    outs = drafter(torch.tensor([ids]), states[None], torch.arange(n)[None], causal, select)
-    return [hidden for hidden, _ in outs]
+    return drafter(torch.tensor([ids]), states[None], torch.arange(n)[None], causal, select)
 
 
 def test_load_drafter_serves_chains_longer_than_the_modules_and_refuses_trees(
