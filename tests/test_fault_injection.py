@@ -235,7 +235,9 @@ def publishable(tiny_drafters, tiny_target_model, tmp_path_factory):
     return folder, write_report(report, tmp_path_factory.mktemp("fault-report"))
 
 
-def test_publish_killed_anywhere_leaves_the_zoo_whole(publishable, tmp_path):
+def test_publish_killed_anywhere_leaves_the_zoo_whole(publishable, other_publishable, tmp_path):
+    """`publish --overwrite` of a *different* checkpoint, killed anywhere: the entry is the old
+    checkpoint or the new one, whole, and the index's hash is its folder's."""
     from draftzoo.architectures.drafter_io import checkpoint_hash
     from draftzoo.architectures.zoo_index import ZooIndex
     from draftzoo.eval.publish import publish
@@ -246,9 +248,11 @@ def test_publish_killed_anywhere_leaves_the_zoo_whole(publishable, tmp_path):
     publish(folder, report, zoo, "keep-b")
     kept = {name: _tree(zoo / name) for name in ("keep-a", "keep-b")}
     entries = ZooIndex(zoo).entries()
+    publish(folder, report, zoo, "entry")  # the old checkpoint
+    hashes = {checkpoint_hash(folder), checkpoint_hash(other_publishable[0])}
+    folder, report = other_publishable  # the new one
     args = ["publish", str(folder), "--report", str(report), "--zoo", str(zoo)]
     args += ["--name", "entry", "--overwrite"]
-    _finish(args)
 
     seen: set[str] = set()  # each publish builds its entry in a new scratch folder
 
@@ -262,11 +266,9 @@ def test_publish_killed_anywhere_leaves_the_zoo_whole(publishable, tmp_path):
             assert {k: now[k] for k in kept} == {k: entries[k] for k in kept}
             for name, files in kept.items():
                 assert _tree(zoo / name) == files, name
-            if "entry" in now:  # old or new, the entry's folder is whole
-                assert (
-                    checkpoint_hash(ZooIndex(zoo).folder("entry"))
-                    == now["entry"]["checkpoint_hash"]
-                )
+            # old or new, the entry's folder is whole and the index names its weights
+            assert now["entry"]["checkpoint_hash"] in hashes
+            assert checkpoint_hash(ZooIndex(zoo).folder("entry")) == now["entry"]["checkpoint_hash"]
             KILLS["publish"] += 1
     assert KILLS["publish"], "no kill landed before the end"
     _finish(args)

@@ -389,3 +389,35 @@ def test_first_step_accuracy_splits_into_repeated_and_fresh_tokens(
         _, unlogged = eagle_loss_sums(recipe.eagle, drafter, drafter, target, states, batch, False)
     assert "acc_0_repeated" not in unlogged and "acc_0_fresh" not in unlogged
     torch.testing.assert_close(unlogged["acc_0"], overall)
+
+
+def test_eagle3_from_fp8_shards_trains_like_online_fp8_and_resumes_exactly(
+    testbed_tiny, chat, tmp_path
+):
+    """FP8 capture: training from `draftzoo capture`'s FP8 shards gives the online FP8 run's
+    loss (both round the states the same way), and a rerun resumes to the same weights."""
+    from draftzoo.cli import main
+
+    fp8 = {"dtype": "float8_e4m3"}
+    train = {"max_steps": 2}
+    online = tiny_eagle_recipe(tmp_path / "on", testbed_tiny[0], chat, capture=fp8, train=train)
+    first = run(online).final_loss
+    shards = tmp_path / "shards"
+    assert (
+        main(["capture", str(recipe_yaml(online, tmp_path / "r.yaml")), "--dir", str(shards)]) == 0
+    )
+    assert json.loads((shards / "index.json").read_text())["dtype"] == "float8_e4m3"
+    capture = replace(online.capture, mode="offline", dir=str(shards))
+    offline = replace(online, output_dir=str(tmp_path / "off" / "drafter"), capture=capture)
+    assert abs(first - run(offline).final_loss) / first < 1e-3
+    longer = replace(
+        offline,
+        output_dir=str(tmp_path / "long" / "drafter"),
+        train=replace(offline.train, max_steps=4, checkpoint_every=2),
+    )
+    run(longer)
+    straight = load_file(Path(longer.output_dir) / "model.safetensors")
+    again = run(longer)
+    assert again.resumed_from == 2 and again.steps == 4
+    resumed = load_file(Path(longer.output_dir) / "model.safetensors")
+    assert all(torch.equal(straight[k], resumed[k]) for k in straight)
