@@ -432,9 +432,9 @@ def export_drafter(
             extra={"training": record},
             inputs=recipe_inputs(run.recipe),
         )
-    accelerator.end_training()
-    # drop the prepared (DDP-wrapped) model and optimizer: the wrapper holds the process group,
-    # which must not outlive the run into interpreter teardown
+    # drop the prepared (DDP-wrapped) model and optimizer first: the wrapper holds the process
+    # group, which must not outlive the run, and DeepSpeed's engine needs the group to let go
     accelerator.free_memory()
+    accelerator.end_training()
     if run.lock is not None:
         run.lock.release()
