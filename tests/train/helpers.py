@@ -45,13 +45,14 @@ def _override(data: dict, sections: dict) -> None:
         data[key] = {**data.get(key, {}), **value} if isinstance(value, dict) else value
 
 
-def launch_two_processes(recipe_path: Path):
-    """`accelerate launch` the recipe on 2 CPU processes (DDP over gloo); the finished process."""
+def launch_two_processes(recipe_path: Path, launch_config: str = "ddp.yaml"):
+    """`accelerate launch` the recipe on 2 CPU processes over gloo (DDP, or another of
+    recipes/launch/); the finished process."""
     import os
     import subprocess
     import sys
 
-    launch = Path(__file__).parents[2] / "recipes" / "launch" / "ddp.yaml"
+    launch = Path(__file__).parents[2] / "recipes" / "launch" / launch_config
     return subprocess.run(
         [
             sys.executable,
