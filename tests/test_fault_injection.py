@@ -219,20 +219,32 @@ def _tree(folder: Path) -> dict[str, bytes]:
     }
 
 
-@pytest.fixture(scope="module")
-def publishable(tiny_drafters, tiny_target_model, tmp_path_factory):
-    """(drafter folder, its eval report): the tiny EAGLE-3 measured on 2 prompts."""
+def _measured(folder: Path, target_model, report_dir: Path) -> tuple[Path, Path]:
+    """(drafter folder, its eval report): the drafter measured on 2 prompts."""
     from draftzoo.eval.runner import EvalConfig, evaluate, write_report
     from draftzoo.inference.load import load_drafter
 
-    model, tokenizer, path = tiny_target_model
-    folder = tiny_drafters["eagle3"]
+    model, tokenizer, path = target_model
     drafter = load_drafter(folder, model, tokenizer, "chain", 3)
     config = EvalConfig(
         max_prompts=2, max_new_tokens=12, temperatures=(0.0,), certificate_samples=300
     )
     report = evaluate(model, tokenizer, drafter, config, str(path), show_progress=False)
-    return folder, write_report(report, tmp_path_factory.mktemp("fault-report"))
+    return folder, write_report(report, report_dir)
+
+
+@pytest.fixture(scope="module")
+def publishable(tiny_drafters, tiny_target_model, tmp_path_factory):
+    """The tiny EAGLE-3 and its eval report."""
+    report_dir = tmp_path_factory.mktemp("fault-report")
+    return _measured(tiny_drafters["eagle3"], tiny_target_model, report_dir)
+
+
+@pytest.fixture(scope="module")
+def other_publishable(tiny_drafters, tiny_target_model, tmp_path_factory):
+    """Another checkpoint, the tiny EAGLE-1, and its eval report."""
+    report_dir = tmp_path_factory.mktemp("fault-report-b")
+    return _measured(tiny_drafters["eagle1"], tiny_target_model, report_dir)
 
 
 def test_publish_killed_anywhere_leaves_the_zoo_whole(publishable, other_publishable, tmp_path):
@@ -299,22 +311,6 @@ def test_two_publishes_at_once_both_land(publishable, tmp_path):
     assert sorted(entries) == ["first", "second"]
     for name in entries:
         assert (ZooIndex(zoo).folder(name) / "README.md").is_file()
-
-
-@pytest.fixture(scope="module")
-def other_publishable(tiny_drafters, tiny_target_model, tmp_path_factory):
-    """(drafter folder, its eval report) of another checkpoint: the tiny EAGLE-1."""
-    from draftzoo.eval.runner import EvalConfig, evaluate, write_report
-    from draftzoo.inference.load import load_drafter
-
-    model, tokenizer, path = tiny_target_model
-    folder = tiny_drafters["eagle1"]
-    drafter = load_drafter(folder, model, tokenizer, "chain", 3)
-    config = EvalConfig(
-        max_prompts=2, max_new_tokens=12, temperatures=(0.0,), certificate_samples=300
-    )
-    report = evaluate(model, tokenizer, drafter, config, str(path), show_progress=False)
-    return folder, write_report(report, tmp_path_factory.mktemp("fault-report-b"))
 
 
 class _Faults:

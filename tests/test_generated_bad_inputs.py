@@ -108,7 +108,8 @@ def _damage(folder: Path, damage, canary: Path) -> None:
         path = folder / ("config.json" if kind == "config" else "draftzoo.json")
         data = json.loads(path.read_text())
         keys = sorted(data) if isinstance(data, dict) else []
-        key = keys[hash(what) % len(keys)] if keys and not what.startswith("+") else what
+        pick = sum(map(ord, what))  # not hash(): str hashes differ between processes
+        key = keys[pick % len(keys)] if keys and not what.startswith("+") else what
         data[key] = value
         path.write_text(json.dumps(data))
     elif kind == "truncate":

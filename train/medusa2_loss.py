@@ -81,18 +81,15 @@ class Medusa2Loss(HeadAccuracies):
         with self.model.original():
             return self.model.final_states(batch.model_inputs())
 
-    def _vocab(self, adapted: torch.Tensor, original: torch.Tensor):
-        """(adapted log-probabilities with gradient, original logits without) [n, V] from
-        final states, through the target's head (adapter disabled for the original)."""
-        head = self.model.target.lm_head
-        log_q = F.log_softmax(head(adapted).float(), -1)
-        with torch.no_grad(), self.model.original():
-            teacher = head(original).float()
-        return log_q, teacher
+    @torch.no_grad()
+    def _original_logits(self, original: torch.Tensor) -> torch.Tensor:
+        """The original target's logits [n, V] from its final states (adapter disabled)."""
+        with self.model.original():
+            return self.model.target.lm_head(original).float()
 
     def _kl_rows(self, adapted, original) -> tuple[torch.Tensor]:
-        log_q, teacher = self._vocab(adapted, original)
-        log_p = F.log_softmax(teacher, -1)
+        log_q = F.log_softmax(self.model.target.lm_head(adapted).float(), -1)
+        log_p = F.log_softmax(self._original_logits(original), -1)
         return ((log_p.exp() * (log_p - log_q)).sum(-1),)
 
     def _head_rows(self, k: int, states, adapted, original, data_tokens):
@@ -101,8 +98,8 @@ class Medusa2Loss(HeadAccuracies):
         heads = self.model.heads
         logits = heads.project(k, states).float()
         with torch.no_grad():
-            log_q, teacher = self._vocab(adapted, original)
-            wanted = log_q.argmax(-1)
+            wanted = self.model.target.lm_head(adapted).argmax(-1)
+        teacher = self._original_logits(original)
         top1, top5 = head_hit_rows(logits, wanted, heads.token_map)
         loss = draft_head_loss(self.config.target, heads, logits, data_tokens, teacher, wanted)
         return loss, top1, top5
