@@ -11,7 +11,10 @@
 | draft_lm | `hf`        | the draft LM's own (plain transformers checkpoint) |             |
 | medusa1/2 | `vllm`     | MedusaModel                   | blocks.{h}.layers.{l}.*, lm_heads.{h} |
 | medusa1/2 | `medusa`   | Medusa's reference layout     | {h}.{l}.linear.*, {h}.{L}.weight     |
-| mtp    | `vllm`        | the target's (DeepSeek-style) | target + model.layers.{N+k}.*       |
+| mtp    | `vllm`        | the target's (DeepSeek-style) | target + model.layers.{N+k}.* (1) |
+| mtp    | `sglang`      | the target's (DeepSeek-style) | the same (2)                       |
+
+(1) `mtp.hand_over: residual`; (2) `mtp.hand_over: normed`, one module (architectures/mtp.py).
 
 EAGLE-3 shares the target's input embedding. `embed_tokens` (the target's own tensor, as its
 checkpoint stores it) is written where the peer's own exporter writes it: `speculators` (its

@@ -61,11 +61,15 @@ class FamilySpec:
     teacher_forced: bool = False  # `eval --teacher-forced` estimates its chain acceptance
     export_embedding: bool = False  # its exports may carry the target's input embedding
     export_needs_target: bool = False  # every export reads the target's own weights
+    #: "module:function" giving the card's lines on how engines serve a drafter folder of the
+    #: family (called with the folder; "" when it has none)
+    card_notes: str = ""
 
     def __post_init__(self) -> None:
         if not self.name.isidentifier():
             raise ValueError(f"a family name is an identifier, got {self.name!r}")
-        for ref in (self.recipe, self.runtime, *self.exporters.values()):
+        refs = (self.recipe, self.runtime, *self.exporters.values())
+        for ref in refs + ((self.card_notes,) if self.card_notes else ()):
             if ref.count(":") != 1:
                 raise ValueError(f"family {self.name}: {ref!r} is not 'module:attribute'")
         object.__setattr__(self, "exporters", MappingProxyType(dict(self.exporters)))
@@ -87,6 +91,10 @@ class FamilySpec:
     def runtime_loader(self) -> Callable[..., Any]:
         """Its `runtime(folder, record, target, tokenizer, request)`."""
         return resolve(self.runtime)
+
+    def serving_notes(self, folder) -> list[str]:
+        """The card's lines on how engines serve the drafter in `folder` (none by default)."""
+        return list(resolve(self.card_notes)(folder)) if self.card_notes else []
 
     def exporter(self, fmt: str) -> Callable[..., Any]:
         """Its exporter for `fmt`; another format is an error naming the ones it has."""

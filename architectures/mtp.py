@@ -7,13 +7,18 @@ model returns and its MTP layer reads as `previous_hidden_states`, and what tran
 
     h^{k+1}_i = post_norm(block(eh_proj(cat(enorm(embed(x_{i+k+1})), hnorm(h^k_i)))))
 
-and the target's frozen head reads h^{k+1}_i to predict x_{i+k+2}. The block is one decoder
-layer of the target's own class built from the target's config (`transformers.modeling_layers.
-MtpLayer` wires it, with the target's norm class), placed at index N + k as a native checkpoint
-places it (so a DeepSeek target's MTP block is MoE where its config says so); its rotary
-embedding is the target's. Modules share no weights. The embedding and head are the target's,
-never stored. Module names are transformers' (`layers.{k}.enorm/hnorm/eh_proj/mtp_block.*/
-post_norm`); `mtp_native.py` maps the engines' layouts onto them.
+and the target's frozen head reads h^{k+1}_i to predict x_{i+k+2}. That is the `normed`
+hand-over (transformers' `MtpLayer`, SGLang's `deepseek_nextn`): the next depth reads the
+post-norm state. vLLM's `deepseek_mtp` hands over the block's output *before* post_norm
+(post_norm then feeds only the head), zeroes the embedding at position 0 and runs its first
+module at every draft step: the `residual` hand-over (`mtp.hand_over`, recorded with the
+drafter). The block is one decoder layer of the target's own class built from the target's
+config (`transformers.modeling_layers.MtpLayer` wires it, with the target's norm class),
+placed at index N + k as a native checkpoint places it (so a DeepSeek target's MTP block is MoE
+where its config says so); its rotary embedding is the target's. Modules share no weights.
+The embedding and head are the target's, never stored. Module names are transformers'
+(`layers.{k}.enorm/hnorm/eh_proj/mtp_block.*/post_norm`); `mtp_native.py` maps the engines'
+layouts onto them.
 """
 
 from __future__ import annotations
@@ -36,18 +41,27 @@ FAMILY_SPECS = (
         display_name="MTP",
         recipe="draftzoo.train.mtp:MtpRecipe",
         runtime="draftzoo.inference.mtp:load_runtime",
-        exporters={"vllm": "draftzoo.architectures.mtp_export:export_vllm"},
+        exporters={
+            "vllm": "draftzoo.architectures.mtp_export:export_vllm",
+            "sglang": "draftzoo.architectures.mtp_export:export_sglang",
+        },
         tests=(
             "tests/architectures/test_mtp_native.py",
             "tests/train/test_mtp.py",
             "tests/inference/test_mtp_runtime.py",
+            "tests/inference/test_mtp_hand_over.py",
         ),
         export_needs_target=True,
+        card_notes="draftzoo.architectures.mtp_export:card_notes",
     ),
 )
 ARCHITECTURE = "DraftzooMtp"
 INIT_FROM = ("scratch", "native")
 LOSSES = ("ce", "distill")
+#: what module k hands to module k + 1 (and to itself, drafting past its depth): "normed", its
+#: post-norm output (transformers' MtpLayer, SGLang's deepseek_nextn); "residual", the block's
+#: output before post_norm, with the embedding zeroed at position 0 (vLLM's deepseek_mtp)
+HAND_OVERS = ("normed", "residual")
 
 
 @dataclass(frozen=True)
@@ -62,6 +76,9 @@ class MtpConfig:
     #: cross-entropy against the frozen target's distribution at each depth
     loss: str = "ce"
     loss_weight: float = 1.0  # lambda: the loss is (lambda / D) x sum_k L_k
+    #: "normed" or "residual" (HAND_OVERS): the engine convention the drafter is trained and
+    #: served in; only an engine running the same one drafts what draftzoo measured
+    hand_over: str = "normed"
 
     def __post_init__(self) -> None:
         if self.depth < 1:
@@ -72,6 +89,21 @@ class MtpConfig:
             raise ValueError(f"mtp.loss must be one of {LOSSES}, got {self.loss!r}")
         if self.loss_weight <= 0:
             raise ValueError("mtp.loss_weight must be > 0")
+        check_hand_over(self.hand_over, self.depth, ValueError)
+
+
+def check_hand_over(hand_over: str, depth: int, error: type[Exception]) -> None:
+    """Refuse an unknown hand-over, and `residual` with more than one module: vLLM, whose
+    convention it is, runs the first module at every draft step (its proposer passes no step
+    index), so further modules would be trained and never run."""
+    if hand_over not in HAND_OVERS:
+        raise error(f"mtp.hand_over must be one of {HAND_OVERS}, got {hand_over!r}")
+    if hand_over == "residual" and depth > 1:
+        raise error(
+            "mtp.hand_over: residual is vLLM's deepseek_mtp convention, which runs the first "
+            f"module at every draft step; depth {depth} would train modules it never runs "
+            "(use depth 1, or hand_over: normed)"
+        )
 
 
 def text_config(target_config):
@@ -97,12 +129,19 @@ class MtpDrafter(nn.Module):
     """D MTP modules over a target; `attach_target` shares its embeddings, head and rotary."""
 
     def __init__(
-        self, target_config, depth: int, layer_class: type, norm_class: type, num_layers: int
+        self,
+        target_config,
+        depth: int,
+        layer_class: type,
+        norm_class: type,
+        num_layers: int,
+        hand_over: str = "normed",
     ) -> None:
         from transformers.modeling_layers import MtpLayer
 
         super().__init__()
-        self.depth, self.num_target_layers = depth, num_layers
+        check_hand_over(hand_over, depth, ValueError)
+        self.depth, self.num_target_layers, self.hand_over = depth, num_layers, hand_over
         config = block_config(target_config, depth)
         self.block_config = config
         self.layers = nn.ModuleList(
@@ -111,6 +150,8 @@ class MtpDrafter(nn.Module):
         )
         for k, layer in enumerate(self.layers):
             layer.mtp_block.self_attn.layer_idx = k  # module k is layer k of the drafter's cache
+            # residual: the layer returns the block's output; post_norm feeds only the head
+            layer.use_post_norm = hand_over == "normed"
         self.fields = {
             "model_type": "mtp",
             "architectures": [ARCHITECTURE],
@@ -122,6 +163,7 @@ class MtpDrafter(nn.Module):
             "vocab_size": config.vocab_size,
             "max_position_embeddings": getattr(config, "max_position_embeddings", None),
             "hidden_state_layers": [num_layers],
+            "mtp_hand_over": hand_over,
             "target_config": text_config(target_config).to_dict(),
         }
         # shared with the target, never saved
@@ -165,9 +207,12 @@ class MtpDrafter(nn.Module):
         mask: torch.Tensor | None,
         cache=None,  # a transformers DynamicCache (layer k is this module's), or None
     ) -> torch.Tensor:
-        """Module k's output h^{k+1} [b, s, h] (post-norm: the head reads it directly)."""
+        """What module k hands over, h^{k+1} [b, s, h]: its post-norm output (`normed`) or the
+        block's output before post_norm (`residual`); `logits` reads either."""
         layer = self.layers[k]
         embeds = self.embed_tokens(input_ids).to(previous.dtype)
+        if self.hand_over == "residual":  # vLLM: "masking inputs at position 0"
+            embeds = embeds.masked_fill((positions == 0)[..., None], 0.0)
         rotary = self.rotary(embeds, positions)
         return layer(
             embeds,
@@ -179,9 +224,17 @@ class MtpDrafter(nn.Module):
             use_cache=cache is not None,
         )
 
-    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """The target's head over module outputs."""
-        return self.target_lm_head(hidden.to(self.target_lm_head.weight.dtype))
+    def head_states(self, hidden: torch.Tensor, k: int = 0) -> torch.Tensor:
+        """What the head reads of module k's hand-over state: the state itself (`normed`) or
+        its post_norm (`residual`)."""
+        if self.hand_over == "residual":
+            return self.layers[k].post_norm(hidden)
+        return hidden
+
+    def logits(self, hidden: torch.Tensor, k: int = 0) -> torch.Tensor:
+        """The target's head over module k's hand-over states."""
+        states = self.head_states(hidden, k)
+        return self.target_lm_head(states.to(self.target_lm_head.weight.dtype))
 
     # -- training forward ----------------------------------------------------------------
     def forward(
@@ -192,8 +245,8 @@ class MtpDrafter(nn.Module):
         allowed: torch.Tensor,  # [b, 1, s, s] bool: causal within each packed sample
         select: list[torch.Tensor],  # per depth, [b, s] bool: positions to return
     ) -> list[torch.Tensor]:
-        """Per depth k: the outputs [n_k, h] at the selected positions (the loss projects them
-        with `logits`, a chunk of rows at a time). Depth k reads depth k - 1's own outputs
+        """Per depth k: the states the head reads [n_k, h] at the selected positions (the loss
+        projects them, a chunk of rows at a time). Depth k reads what depth k - 1 hands over
         (training-time unrolling), never the target's."""
         from .eagle import shift
 
@@ -201,7 +254,7 @@ class MtpDrafter(nn.Module):
         previous = states
         for k, keep in enumerate(select):
             previous = self.module(k, shift(input_ids, k + 1), previous, positions + k, allowed)
-            outputs.append(previous[keep])
+            outputs.append(self.head_states(previous[keep], k))
         return outputs
 
 
@@ -231,7 +284,9 @@ def build_mtp(config: MtpConfig, target) -> MtpDrafter:
     """Fresh modules for `target` (a `TargetAdapter`); each post_norm starts as the target's
     final norm, so an untrained module's output reads like a target state."""
     layer_class, norm_class = target_classes(target)
-    drafter = MtpDrafter(target.config, config.depth, layer_class, norm_class, target.num_layers)
+    drafter = MtpDrafter(
+        target.config, config.depth, layer_class, norm_class, target.num_layers, config.hand_over
+    )
     norm_weight = getattr(target.final_norm, "weight", None)
     if norm_weight is not None and norm_weight.device.type != "meta":
         with torch.no_grad():
@@ -242,9 +297,15 @@ def build_mtp(config: MtpConfig, target) -> MtpDrafter:
 
 
 def load_mtp(
-    path: Path, target, dtype: torch.dtype = torch.float32, record: dict | None = None
+    path: Path,
+    target,
+    dtype: torch.dtype = torch.float32,
+    record: dict | None = None,
+    hand_over: str | None = None,
 ) -> MtpDrafter:
-    """A saved MTP drafter, checked against `target` (a `TargetAdapter`) and attached to it."""
+    """A saved MTP drafter, checked against `target` (a `TargetAdapter`) and attached to it.
+    `hand_over`: run it in another convention than the one it was trained in (to measure what
+    an engine of that convention would draft); None: its own (`normed` when unrecorded)."""
     from .drafter_io import DrafterError, check_drafter_target, read_drafter_weights
 
     path = Path(path)
@@ -259,12 +320,11 @@ def load_mtp(
             f"{layer_class.__name__}"
         )
     tensors = read_drafter_weights(path)
+    depth = fields["num_nextn_predict_layers"]
+    hand_over = hand_over or fields.get("mtp_hand_over", "normed")
+    check_hand_over(hand_over, depth, DrafterError)
     drafter = MtpDrafter(
-        target.config,
-        fields["num_nextn_predict_layers"],
-        layer_class,
-        norm_class,
-        target.num_layers,
+        target.config, depth, layer_class, norm_class, target.num_layers, hand_over
     )
     result = drafter.load_state_dict(tensors, strict=False)
     if result.missing_keys or result.unexpected_keys:

@@ -142,8 +142,10 @@ def render_card(
     report: dict[str, Any],
     plots: list[str],
     train_command: str,
+    serving_notes: tuple[str, ...] | list[str] = (),
 ) -> str:
-    """README.md text for drafter `name`."""
+    """README.md text for drafter `name`; `serving_notes`: the family's lines on how engines
+    serve it (`FamilySpec.serving_notes`)."""
     family = record["family"]
     lines = [
         _front_matter(name, report, family),
@@ -152,7 +154,7 @@ def render_card(
         f"{_article(display_name(family))} drafter for "
         f"**{report['target']['name']}**, trained and measured by draftzoo. " + _guarantee(report),
         "",
-        *_use_section(name, report),
+        *_use_section(name, report, serving_notes),
         *_measured_section(report, plots),
         *certificate_section(report.get("certificate")),
         *_drift_section(report),
@@ -246,7 +248,7 @@ def _drift_section(report: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _use_section(name: str, report: dict[str, Any]) -> list[str]:
+def _use_section(name: str, report: dict[str, Any], notes) -> list[str]:
     serving = report["serving"]
     return [
         "## Use",
@@ -261,6 +263,7 @@ def _use_section(name: str, report: dict[str, Any]) -> list[str]:
         f"Served as measured: {serving['proposal']}, {serving['num_speculative_tokens']} "
         "tokens deep" + (f" (tree {serving['tree']})" if serving.get("tree") else "") + ".",
         "",
+        *(line for note in notes for line in (note, "")),
     ]
 
 

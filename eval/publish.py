@@ -31,6 +31,7 @@ from ..architectures.drafter_io import (
 )
 from ..architectures.errors import DraftzooError
 from ..architectures.export import TOKENIZER_FILES
+from ..architectures.families import family_spec
 from ..architectures.output_folders import restore_interrupted, swapped_in
 from ..architectures.zoo_index import ZooIndex
 from .certificate import describe
@@ -217,7 +218,8 @@ def _build_folder(source, tmp, name, record, report, report_path) -> None:
         shutil.copy2(summary, tmp / SUMMARY_FILE)
     (tmp / RECIPE_FILE).write_text(yaml.safe_dump(record.get("recipe", {}), sort_keys=False))
     plots = [p.name for p in plot_report(report, tmp)]
-    card = render_card(name, record, report, plots, train_command(record))
+    notes = family_spec(record["family"]).serving_notes(tmp)
+    card = render_card(name, record, report, plots, train_command(record), notes)
     (tmp / "README.md").write_text(card)
 
 

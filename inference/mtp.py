@@ -1,9 +1,10 @@
 """The MTP proposer: D sequential modules draft a chain from the target's final state.
 
 Module k at position p reads h^k_p (k = 0: the target's state, handed over by the generate
-loop after every verification as for EAGLE; k > 0: module k - 1's output at p) and token
-x_{p+k+1}, so its entries are real once x_{p+k+1} is committed. Each round, with c committed
-tokens:
+loop after every verification as for EAGLE; k > 0: what module k - 1 hands over at p, its
+post-norm output or, with the `residual` hand-over, its block's output before post_norm —
+`MtpDrafter.module` returns it and `logits` reads it either way) and token x_{p+k+1}, so its
+entries are real once x_{p+k+1} is committed. Each round, with c committed tokens:
 
 1. catch up: every module k feeds its new real entries (p < c - 1 - k) into its layer of the
    drafter's cache; they stay, and their outputs are module k + 1's inputs;
@@ -11,8 +12,8 @@ tokens:
    p = c - 1 - k .. c - 2, whose tokens are committed ones or the drafts d_1..d_k and whose
    inputs are module k - 1's real or just-drafted outputs, and its output at c - 2 drafts
    d_{k+1} — exactly the pattern it was trained on;
-3. past D tokens the last module is reused on its own output, one position further each step
-   (as vLLM does when more tokens are asked than modules exist);
+3. past D tokens the last module is reused on what it hands over, one position further each
+   step (with one module, as vLLM and SGLang do when more tokens are asked);
 4. everything drafted is cropped from the cache, so the next round starts from real entries.
 
 Greedy drafts are each module's argmax; at T > 0 each draft is sampled from its q (Gumbel-max),
@@ -151,8 +152,8 @@ class MtpProposer(Proposer):
         drafts: list[torch.Tensor] = []
         qs: list[torch.Tensor] = []
 
-        def draw(hidden: torch.Tensor) -> None:
-            logits = self.drafter.logits(hidden).float()
+        def draw(hidden: torch.Tensor, k: int) -> None:
+            logits = self.drafter.logits(hidden, k).float()
             if params.greedy:
                 drafts.append(logits.argmax(-1, keepdim=True))
             else:
@@ -160,7 +161,7 @@ class MtpProposer(Proposer):
                 drafts.append(gumbel_argmax(q, generator).view(1))
                 qs.append(q)
 
-        draw(self.last)
+        draw(self.last, 0)
         # module k-1's outputs at the positions it drafted at: none for module 0
         spec = self.last.new_empty(0, self.last.shape[-1])
         hidden = self.last
@@ -172,13 +173,13 @@ class MtpProposer(Proposer):
             ids = torch.cat([committed, *drafts[:k]])
             spec = self._feed(k, previous, ids, start)
             hidden = spec[-1]
-            draw(hidden)
+            draw(hidden, k)
         # past the modules: the last one again, on its own output, one position further
         last_module, position = min(depth, max_tokens) - 1, c - 1
         while len(drafts) < max_tokens:
             out = self._feed(last_module, hidden[None], drafts[-1], position)
             hidden, position = out[-1], position + 1
-            draw(hidden)
+            draw(hidden, last_module)
         if params.greedy:
             return Proposal.chain(torch.cat(drafts))
         return Proposal.chain(torch.cat(drafts), torch.stack(qs))

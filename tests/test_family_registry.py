@@ -64,6 +64,8 @@ def test_every_family_resolves_its_pieces():
         assert callable(spec.runtime_loader())
         for fmt in spec.export_formats:
             assert callable(spec.exporter(fmt))
+        if spec.card_notes:
+            assert callable(resolve(spec.card_notes))
         assert list((REPO / "recipes" / spec.recipes_dir).glob("*.yaml")), spec.name
         for test in spec.tests:
             assert (REPO / test).is_file(), test

@@ -122,16 +122,19 @@ def test_deepseek_module_gives_the_logits_of_a_direct_computation(deepseek):
     torch.testing.assert_close(mine, direct, atol=1e-4, rtol=1e-4)
 
 
-def test_deepseek_round_trip_exports_the_same_keys_and_tensors(deepseek, tmp_path):
+@pytest.mark.parametrize("hand_over,fmt", [("residual", "vllm"), ("normed", "sglang")])
+def test_deepseek_round_trip_exports_the_same_keys_and_tensors(deepseek, tmp_path, hand_over, fmt):
+    """Either engine's format is the target's checkpoint with the module's tensors as the
+    native checkpoint holds them (the formats differ in which convention they accept)."""
     from draftzoo.architectures.drafter_io import save_drafter
 
     folder, _ = deepseek
     target = _adapter(folder)
-    drafter = build_mtp(MtpConfig(init_from="native"), target)
+    drafter = build_mtp(MtpConfig(init_from="native", hand_over=hand_over), target)
     load_native_modules(drafter, folder, target)
     recipe = {"target": {"path": str(folder)}}
     save_drafter(drafter, tmp_path / "d", "mtp", target.fingerprint(), recipe, "none", [2])
-    out = export_drafter(tmp_path / "d", tmp_path / "vllm", "vllm")
+    out = export_drafter(tmp_path / "d", tmp_path / fmt, fmt)
     raw = load_file(folder / "model.safetensors")
     native = {k: v for k, v in raw.items() if k.startswith("model.layers.2.")}
     exported = load_file(out / "model-mtp.safetensors")
@@ -144,21 +147,32 @@ def test_deepseek_round_trip_exports_the_same_keys_and_tensors(deepseek, tmp_pat
     rest = load_file(out / "model.safetensors")  # the target's shard, its old module removed
     assert not any(k.startswith("model.layers.2.") for k in rest)
     assert set(rest) | set(native) == set(raw)
-    assert json.loads((out / "config.json").read_text())["num_nextn_predict_layers"] == 1
+    config = json.loads((out / "config.json").read_text())
+    assert config["num_nextn_predict_layers"] == 1
+    assert config["draftzoo"] == {"family": "mtp", "mtp_hand_over": hand_over}
 
 
 @torch.no_grad()
 def test_two_modules_export_each_with_its_own_embedding_and_head(deepseek, tmp_path):
-    """Every module carries the target's embedding and head in vLLM's layout; the exporter
-    writes a copy per module (safetensors refuses tensors that share memory)."""
-    from draftzoo.architectures.drafter_io import save_drafter
+    """Every module carries the target's embedding and head in the engines' layout; the layout
+    writer makes a copy per module (safetensors refuses tensors that share memory). Neither
+    engine drafts with two modules as draftzoo does (vLLM runs the first at every step,
+    SGLang loads one), so both formats refuse the drafter, writing nothing."""
+    from draftzoo.architectures.drafter_io import read_drafter_weights, save_drafter
+    from draftzoo.architectures.mtp_export import export_mtp
 
     folder, _ = deepseek
     target = _adapter(folder)
     drafter = build_mtp(MtpConfig(depth=2), target)
     recipe = {"target": {"path": str(folder)}}
     save_drafter(drafter, tmp_path / "d", "mtp", target.fingerprint(), recipe, "none", [2])
-    out = export_drafter(tmp_path / "d", tmp_path / "vllm", "vllm")
+    for fmt, said in (("vllm", "vllm drafts with residual"), ("sglang", "serves one module")):
+        with pytest.raises(ExportError, match=said):
+            export_drafter(tmp_path / "d", tmp_path / fmt, fmt)
+        assert not (tmp_path / fmt).exists()
+    out = tmp_path / "layout"
+    out.mkdir()
+    export_mtp(tmp_path / "d", out, folder, read_drafter_weights(tmp_path / "d"))
     exported = load_file(out / "model-mtp.safetensors")
     raw = load_file(folder / "model.safetensors")
     for layer in (2, 3):
