@@ -24,6 +24,7 @@ FAMILY_SPECS = (
         recipe="draftzoo.train.draft_lm:DraftLMRecipe",
         runtime="draftzoo.inference.draft_lm:load_runtime",
         exporters={"hf": "draftzoo.architectures.draft_lm:export_hf"},
+        importers={"hf": "draftzoo.architectures.draft_lm:import_hf"},
         tests=("tests/train/test_draft_lm.py", "tests/inference/test_runtime.py"),
     ),
 )
@@ -114,3 +115,56 @@ def export_hf(export) -> None:
     config = {**export.config, "draftzoo": {"family": export.record["family"]}}
     (export.folder / "config.json").write_text(json.dumps(config))
     shutil.copy2(export.source / "model.safetensors", export.folder / "model.safetensors")
+
+
+def import_hf(peer, target):
+    """A plain transformers causal LM folder -> a draft LM (the family's `hf` importer): its
+    config and tensors as they are, its tokenizer files copied (the loader checks they are the
+    target's vocabulary). None when the tensors are not the config's model's."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    from .peer_import import TOKENIZER_FILES, Imported, PeerImportError, named_verifier
+
+    config = dict(peer.config)
+    if config.get("model_type") not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+        return None
+    expected = _state_keys(config)
+    if expected is None or not peer.keys <= expected or not _covers(peer.keys, expected):
+        return None
+    copied = tuple(name for name in TOKENIZER_FILES if (peer.path / name).is_file())
+    if "tokenizer.json" not in copied and "tokenizer_config.json" not in copied:
+        raise PeerImportError(
+            f"{peer.path}: a draft model needs its tokenizer files beside it, to check that it "
+            "shares the target's vocabulary"
+        )
+    config.pop("draftzoo", None)
+    tensors = dict(peer.tensors)
+    name = "/".join(peer.architectures()) or config["model_type"]
+    return Imported(
+        "draft_lm",
+        f"transformers {name}",
+        config,
+        tensors,
+        [],
+        named_verifier(peer),
+        copy_files=copied,
+    )
+
+
+def _state_keys(config: dict) -> set[str] | None:
+    """The state-dict keys of the model `config` builds (on the meta device)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    fields = {k: v for k, v in config.items() if k not in ("auto_map",)}
+    try:
+        built = AutoConfig.for_model(**fields)
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(built)
+    except Exception:  # not a config transformers builds: not this layout
+        return None
+    return set(model.state_dict())
+
+
+def _covers(keys: set[str], expected: set[str]) -> bool:
+    """Every expected tensor present, but a tied output head (stored once)."""
+    return all(k in keys or k.endswith("lm_head.weight") for k in expected)

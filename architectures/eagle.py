@@ -45,6 +45,7 @@ FAMILY_SPECS = (
         name="eagle1",
         display_name="EAGLE-1",
         exporters={"vllm": "draftzoo.architectures.eagle_export:export_eagle1"},
+        importers={"eagle1": "draftzoo.architectures.eagle_import:import_eagle1"},
         tests=(
             "tests/architectures/test_eagle.py",
             "tests/train/test_eagle.py",
@@ -58,6 +59,10 @@ FAMILY_SPECS = (
         exporters={
             fmt: "draftzoo.architectures.eagle_export:export_eagle3"
             for fmt in ("vllm", "sglang", "speculators")
+        },
+        importers={
+            "speculators": "draftzoo.architectures.eagle_import:import_speculators",
+            "eagle3": "draftzoo.architectures.eagle_import:import_eagle3",
         },
         tests=(
             "tests/architectures/test_eagle.py",

@@ -64,15 +64,20 @@ class FamilySpec:
     #: "module:function" giving the card's lines on how engines serve a drafter folder of the
     #: family (called with the folder; "" when it has none)
     card_notes: str = ""
+    #: the peers' layouts it imports: layout name -> "module:function", called with a
+    #: `PeerFolder` and the target (`TargetAdapter`); returns an `Imported`, or None when the
+    #: files are not that layout (architectures/peer_import.py)
+    importers: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.name.isidentifier():
             raise ValueError(f"a family name is an identifier, got {self.name!r}")
-        refs = (self.recipe, self.runtime, *self.exporters.values())
+        refs = (self.recipe, self.runtime, *self.exporters.values(), *self.importers.values())
         for ref in refs + ((self.card_notes,) if self.card_notes else ()):
             if ref.count(":") != 1:
                 raise ValueError(f"family {self.name}: {ref!r} is not 'module:attribute'")
         object.__setattr__(self, "exporters", MappingProxyType(dict(self.exporters)))
+        object.__setattr__(self, "importers", MappingProxyType(dict(self.importers)))
         object.__setattr__(self, "recipes_dir", self.recipes_dir or self.name)
 
     @property

@@ -45,6 +45,10 @@ FAMILY_SPECS = (
             "tests/train/test_medusa.py",
             "tests/inference/test_medusa_runtime.py",
         ),
+        importers={
+            "vllm": "draftzoo.architectures.medusa_import:import_vllm",
+            "medusa": "draftzoo.architectures.medusa_import:import_reference",
+        },
         **_MEDUSA,
     ),
     FamilySpec(

@@ -438,6 +438,18 @@ def _export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _import(args: argparse.Namespace) -> int:
+    from draftzoo.architectures.drafter_io import read_drafter_record
+    from draftzoo.inference.peer_import import import_drafter
+
+    out = import_drafter(Path(args.source), Path(args.output_dir), args.target)
+    imported = read_drafter_record(out)["imported"]
+    print(f"imported: {out} ({imported['layout']} -> {read_drafter_record(out)['family']})")
+    for note in imported["notes"]:
+        print(f"  {note}")
+    return 0
+
+
 def _demo(args: argparse.Namespace) -> int:
     """prepare data -> train -> eval beside the shipped drafter -> publish -> load -> generate."""
     from draftzoo.demo import run_demo
@@ -496,6 +508,7 @@ HANDLERS = {
     "zoo_list": _zoo_list,
     "leaderboard": _leaderboard,
     "export": _export,
+    "import": _import,
     "demo": _demo,
 }
 

@@ -543,6 +543,26 @@ def _add_zoo_commands(commands, handlers: Mapping[str, Callable]) -> None:
     )
     exp.set_defaults(func=handlers["export"])
 
+    imp = commands.add_parser(
+        "import",
+        help="convert a drafter in a peer's layout into a draftzoo drafter folder",
+        description="Layouts by family: "
+        + "; ".join(
+            f"{name}: {' | '.join(spec.importers)}"
+            for name, spec in specs.items()
+            if spec.importers
+        )
+        + ". eval, certify, publish, generate and draftzoo.load also take such a folder as it is "
+        "(converted on load, into the cache). Weights are read from safetensors; pickles only "
+        "with draftzoo --allow-pickle. docs/zoo.md says what each layout holds.",
+    )
+    imp.add_argument("source", help="the peer's drafter folder")
+    imp.add_argument("--output-dir", required=True)
+    imp.add_argument(
+        "--target", help="the target it drafts for (default: the verifier its config names)"
+    )
+    imp.set_defaults(func=handlers["import"])
+
     demo = commands.add_parser(
         "demo",
         help="train an EAGLE-3 drafter for the testbed, measure, publish, load it back, generate",

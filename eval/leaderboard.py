@@ -84,6 +84,7 @@ class Row:
     reference: bool = False  # target-only, prompt lookup, transformers: no training
     #: why its speedups cannot be trusted (measured on a busy machine); shown, never ranked
     unreliable: str | None = None
+    imported: str | None = None  # the peer layout it was converted from (trained elsewhere)
 
     def speedup(self, key: str = "T=0") -> float:
         measured = self.temperatures.get(key)
@@ -190,6 +191,7 @@ def row_from_report(
         card=card,
         reference=checkpoint["family"] in MODEL_FREE,
         unreliable=(report.get("timing") or {}).get("why_unreliable"),
+        imported=(checkpoint.get("imported") or {}).get("layout"),
     )
     for result in report["results"]:
         if result["batch_size"] != 1:
@@ -341,7 +343,7 @@ def table(rows: list[Row]) -> list[str]:
         memory = "-" if row.drafter_bytes is None else f"{row.drafter_bytes / 2**20:.1f}"
         lines.append(
             f"| {shown} | {name} | "
-            f"{_shown_family(row.family)} | {row.proposal} | "
+            f"{_shown_family(row.family, row.imported)} | {row.proposal} | "
             f"{_millions(row.parameters)} | {_tokens(row)} | {seconds} | "
             f"{_cell(row, 'T=0')} | {_efficiency(row)} | {_cell(row, 'T=1')} | "
             f"{_draft_verify(row)} | {memory} | {_identity(row)} | {_certificate_cell(row)} |"
@@ -412,7 +414,8 @@ def plot(rows: list[Row], path: Path) -> Path:
             ax.set_xlabel("training time (min, as recorded)")
             ax.set_ylabel(f"speedup over target-only, {key}")
             ax.set_title(textwrap.fill(f"{line + 1}. {group}", 80), fontsize=7)
-            ax.legend(fontsize=6, loc="best")
+            if ax.get_legend_handles_labels()[0]:  # a panel of untimed rows has nothing to name
+                ax.legend(fontsize=6, loc="best")
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -480,9 +483,11 @@ def replace_block(text: str, block: str) -> str:
     return text[:start] + block + text[end + len(README_END) :]
 
 
-def _shown_family(family: str) -> str:
-    """A row's family or reference method as people read it."""
-    return REFERENCE_NAMES.get(family) or display_name(family)
+def _shown_family(family: str, imported: str | None = None) -> str:
+    """A row's family or reference method as people read it (and the layout an imported
+    drafter came from: it was trained elsewhere, on a budget not on record)."""
+    shown = REFERENCE_NAMES.get(family) or display_name(family)
+    return f"{shown} (imported: {imported})" if imported else shown
 
 
 def collect_rows(

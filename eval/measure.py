@@ -18,6 +18,7 @@ from ..architectures.drafter_io import checkpoint_hash, read_drafter_record
 from ..architectures.families import family_spec
 from ..architectures.zoo_index import resolve_drafter
 from ..inference.load import DrafterRuntime, load_drafter, load_target, recorded_target
+from ..inference.peer_import import drafter_from_peer
 from .plots import plot_report
 from .runner import (
     REPORT_FILE,
@@ -55,7 +56,7 @@ def measure_drafter(
 ) -> tuple[dict[str, Any], Path]:
     """Evaluate `drafter` (zoo name or folder) on `target_name` (default: its own); the report
     and where it was written (report.json, summary and plots; default runs/eval-NAME)."""
-    folder, _ = resolve_drafter(drafter)
+    folder = drafter_from_peer(resolve_drafter(drafter)[0], target_name)
     record = read_drafter_record(folder)
     check_teacher_forced(config, record["family"], folder)
     target_name = target_name or recorded_target(record)
@@ -116,7 +117,7 @@ def certify_report(
     if report_path.name != REPORT_FILE:
         raise ConfigError(f"--report: give an eval's {REPORT_FILE} or its folder: {report_path}")
     report = read_report(report_path)
-    folder, _ = resolve_drafter(drafter)
+    folder = drafter_from_peer(resolve_drafter(drafter)[0], target_name)
     if report.get("checkpoint", {}).get("sha256") != checkpoint_hash(folder):
         raise ConfigError(f"{report_path} measured another checkpoint than {folder}")
     try:

@@ -327,6 +327,25 @@ def _measured_section(report: dict[str, Any], plots: list[str]) -> list[str]:
     return lines + [f"![{p}]({p})" for p in plots]
 
 
+def _origin_section(record: dict[str, Any], imported: dict[str, Any]) -> list[str]:
+    """Where a drafter trained outside draftzoo came from (its budget is not on record)."""
+    lines = [
+        "",
+        "## Origin",
+        "",
+        f"Trained outside draftzoo and converted by `draftzoo import` from a "
+        f"**{imported['layout']}** folder ({', '.join(imported['files'])}; sha256 "
+        f"`{imported['sha256']}`). Its training budget is not on record.",
+        "",
+        f"- hidden-state layers (HF convention, index k = input to decoder layer k): "
+        f"{record.get('hidden_state_layers') or 'none'}",
+    ]
+    if imported.get("verifier"):
+        lines.append(f"- verifier named by its config: `{imported['verifier']}`")
+    lines += [f"- conversion: {note}" for note in imported.get("notes", [])]
+    return [*lines, ""]
+
+
 def _budget(record: dict[str, Any]) -> str:
     """The whole training budget in words: supervised tokens, packed positions, steps."""
     training, recipe = record.get("training", {}), record.get("recipe", {})
@@ -353,6 +372,9 @@ def _budget(record: dict[str, Any]) -> str:
 
 
 def _training_section(record: dict[str, Any]) -> list[str]:
+    imported = record.get("imported")
+    if imported:
+        return _origin_section(record, imported)
     training = record.get("training", {})
     lines = ["", "## Training", "", f"**Budget**: {_budget(record)}.", ""]
     lines += [f"- {k}: {v}" for k, v in training.items() if k in CARD_TRAINING_FIELDS]

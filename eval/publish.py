@@ -33,7 +33,9 @@ from ..architectures.errors import DraftzooError
 from ..architectures.export import TOKENIZER_FILES
 from ..architectures.families import family_spec
 from ..architectures.output_folders import restore_interrupted, swapped_in
+from ..architectures.peer_import import is_peer_folder
 from ..architectures.zoo_index import ZooIndex
+from ..inference.peer_import import imported_folder
 from .certificate import describe
 from .certificate import headline as certificate_headline
 from .machine_load import unreliable_sentence
@@ -96,7 +98,15 @@ def check_certificate(report: dict[str, Any], report_path: Path | None) -> None:
 
 
 def train_command(record: dict[str, Any]) -> str:
-    """How the drafter was trained, as a command on the published recipe."""
+    """How the drafter was trained, as a command on the published recipe (how it was
+    converted, for a drafter trained elsewhere)."""
+    imported = record.get("imported")
+    if imported:
+        target = record.get("recipe", {}).get("target", {}).get("path", "TARGET")
+        return (
+            f"draftzoo import SOURCE --target {target} --output-dir DRAFTER"
+            f"  # SOURCE: the {imported['layout']} folder, sha256 {imported['sha256'][:16]}"
+        )
     processes = record.get("training", {}).get("num_processes", 1)
     if processes > 1:
         return (
@@ -118,6 +128,10 @@ def publish(
     A report whose speedups were measured on a busy machine is refused unless
     `allow_unreliable_timing` (its card then says so)."""
     folder, zoo = Path(folder), Path(zoo)
+    given = folder.name
+    if is_peer_folder(folder):  # a peer's layout: its conversion for the report's target
+        target = (read_report(report_path).get("target") or {}).get("name")
+        folder = imported_folder(folder, target)
     try:
         record = read_drafter_record(folder)
         digest = checkpoint_hash(folder)
@@ -132,7 +146,7 @@ def publish(
             f"the report {report_path}: {warning} (or publish it anyway with "
             "--allow-unreliable-timing; its card will say so)"
         )
-    name = name or str(record.get("recipe", {}).get("name") or folder.name)
+    name = name or str(record.get("recipe", {}).get("name") or given)
     if not ZOO_NAME.fullmatch(name):
         raise PublishError(
             f"zoo names start with a-z or 0-9 and use a-z, 0-9, '.', '_' and '-': {name!r}"

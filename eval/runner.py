@@ -532,17 +532,10 @@ def evaluate(
     spreads = [r["speedup"]["std"] / r["speedup"]["mean"] for r in results if r["speedup"]["mean"]]
     memory = _memory(target, drafter, evaluation.peak_cache_bytes)
     teacher_forced = _teacher_forced(target, tokenizer, drafter, config, prompts[1:])
-    record = drafter.record
     return {
         "version": REPORT_VERSION,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "checkpoint": {
-            "path": str(drafter.folder),
-            # the weights decoded; model-free proposers have none (and nothing to publish)
-            "sha256": digest,
-            "family": record["family"],
-            "training": record.get("training", {}),
-        },
+        "checkpoint": _checkpoint(drafter, digest),
         "target": {
             "name": target_name,
             "fingerprint": TargetAdapter(target, tokenizer).fingerprint().to_dict(),
@@ -565,6 +558,28 @@ def evaluate(
         "seconds": time.perf_counter() - started,
         **environment(next(target.parameters()).device),
     }
+
+
+def _checkpoint(drafter: DrafterRuntime, digest: str | None) -> dict[str, Any]:
+    """The report's `checkpoint`: what was decoded, and where it came from."""
+    record = drafter.record
+    return {
+        "path": str(drafter.folder),
+        # the weights decoded; model-free proposers have none (and nothing to publish)
+        "sha256": digest,
+        "family": record["family"],
+        "training": record.get("training", {}),
+        # a drafter trained elsewhere and converted by `draftzoo import`: where from
+        "imported": _provenance(record),
+    }
+
+
+def _provenance(record: dict[str, Any]) -> dict[str, Any] | None:
+    """An imported drafter's layout and source files' hash (None for draftzoo's own)."""
+    imported = record.get("imported")
+    if not imported:
+        return None
+    return {key: imported.get(key) for key in ("layout", "sha256", "notes")}
 
 
 def _memory(target, drafter: DrafterRuntime, peak_cache_bytes: int) -> dict[str, Any]:

@@ -31,6 +31,7 @@ from .errors import GenerationError
 from .generate import SpeculativeGenerator
 from .hybrid import HybridProposer, HybridSettings
 from .medusa import MedusaTree
+from .peer_import import drafter_from_peer
 from .proposers import PromptLookupProposer, Proposer, ProposerError
 from .suffix import SuffixCache, SuffixProposer, SuffixSettings
 from .suffix_store import global_cache
@@ -297,7 +298,7 @@ def load(
     e.g. `SuffixSettings(tree=True, cache_path="suffix-cache.json")` to keep what earlier
     processes generated.
     """
-    folder, entry = resolve_drafter(name_or_path, zoos)
+    folder, entry = _drafter_folder(name_or_path, zoos, target)
     record = read_drafter_record(folder)
     serving = (entry or {}).get("serving", {})
     if target is None or isinstance(target, str | Path):
@@ -329,6 +330,14 @@ def load(
     )
     generator.drafter = runtime
     return generator
+
+
+def _drafter_folder(name_or_path, zoos, target) -> tuple[Path, dict[str, Any] | None]:
+    """(drafter folder, zoo entry or None); a folder in a peer's layout is converted for the
+    target (once, into the import cache)."""
+    folder, entry = resolve_drafter(name_or_path, zoos)
+    named = str(target) if isinstance(target, str | Path) else None
+    return drafter_from_peer(folder, named), entry
 
 
 def _speculative_tokens(asked: int | str | None, serving: dict[str, Any]) -> int | None:

@@ -60,6 +60,13 @@ PEERS = {
         without_deps=("specforge==0.2.0", "triton==3.9.0"),
         with_deps=("transformers[kernels]==5.8.1",),
     ),
+    # the Medusa reference code (FasterDecoding/Medusa as published on the index): its heads
+    # and their saving; its Llama copy imports transformers 4 internals
+    "medusa": Peer(
+        "medusa",
+        without_deps=("medusa-llm==0.1",),
+        with_deps=("transformers==4.46.3",),
+    ),
 }
 
 

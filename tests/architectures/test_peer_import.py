@@ -1,0 +1,184 @@
+"""Importing drafters in the peers' layouts: every export of the shipped drafters imports back
+to the same tensors and config; a peer folder is converted on load (generate, eval, publish,
+leaderboard); bad folders are refused in one line with nothing written. The peers' own
+writers (speculators, SpecForge, the Medusa reference) are in tests/peers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from draftzoo.architectures.drafter_io import read_drafter_record
+from draftzoo.architectures.export import export_for_target
+from draftzoo.architectures.zoo_index import resolve_drafter
+from draftzoo.cli import main
+from draftzoo.inference.peer_import import import_drafter
+from tests.test_cli_errors import _assert_one_error_line
+
+TESTBED = "testbed-small"
+#: every (shipped drafter, export format) whose layout draftzoo also imports
+ROUND_TRIPS = [
+    ("eagle3-testbed-small", "speculators"),
+    ("eagle3-testbed-small", "sglang"),
+    ("eagle3-testbed-small", "vllm"),
+    ("eagle1-testbed-small", "vllm"),
+    ("medusa1-testbed-small", "vllm"),
+    ("medusa1-testbed-small", "medusa"),
+    ("draft-lm-testbed-small", "hf"),
+]
+
+
+@pytest.fixture(scope="module")
+def exports(tmp_path_factory) -> dict[tuple[str, str], Path]:
+    root = tmp_path_factory.mktemp("exports")
+    return {
+        (name, fmt): export_for_target(name, root / f"{name}-{fmt}", fmt)
+        for name, fmt in ROUND_TRIPS
+    }
+
+
+@pytest.mark.parametrize("name,fmt", ROUND_TRIPS)
+def test_every_export_imports_back_to_the_same_drafter(exports, tmp_path, name, fmt):
+    shipped, _ = resolve_drafter(name)
+    out = import_drafter(exports[name, fmt], tmp_path / "back", TESTBED)
+    mine, back = load_file(shipped / "model.safetensors"), load_file(out / "model.safetensors")
+    assert set(back) == set(mine)
+    for key, tensor in mine.items():
+        assert back[key].dtype == tensor.dtype and torch.equal(back[key], tensor), key
+    original = json.loads((shipped / "config.json").read_text())
+    imported = json.loads((out / "config.json").read_text())
+    if fmt != "hf":  # the draft LM's config is the model's own, as transformers wrote it
+        assert imported == original
+    record, shipped_record = read_drafter_record(out), read_drafter_record(shipped)
+    assert record["family"] == shipped_record["family"]
+    assert record["target"] == shipped_record["target"]
+    assert record["hidden_state_layers"] == shipped_record["hidden_state_layers"]
+    assert record["imported"]["sha256"] and record["imported"]["source"]
+
+
+def test_a_peer_folder_is_converted_on_load_once(exports, tmp_path, monkeypatch):
+    import draftzoo
+
+    monkeypatch.setenv("DRAFTZOO_CACHE", str(tmp_path / "cache"))
+    peer = exports["eagle3-testbed-small", "sglang"]
+    generator = draftzoo.load(peer, target=TESTBED)
+    converted = Path(generator.drafter.folder)
+    assert converted.parent == tmp_path / "cache" / "imported"
+    plain = draftzoo.load("eagle3-testbed-small")
+    prompt = "def fibonacci(n):"
+    assert generator.generate(prompt).token_ids == plain.generate(prompt).token_ids
+    before = converted.stat().st_mtime_ns
+    again = draftzoo.load(peer, target=TESTBED)
+    assert Path(again.drafter.folder) == converted
+    assert converted.stat().st_mtime_ns == before  # made once, reused
+
+
+def test_an_imported_drafter_is_evaluated_published_and_ranked(exports, tmp_path, monkeypatch):
+    monkeypatch.setenv("DRAFTZOO_CACHE", str(tmp_path / "cache"))
+    peer = exports["eagle3-testbed-small", "speculators"]  # names its verifier itself
+    report, zoo = tmp_path / "eval", tmp_path / "zoo"
+    assert main(["eval", str(peer), "--prompts", "1", "--max-new-tokens", "8",
+                 "--certificate-samples", "30", "--output-dir", str(report)]) == 0  # fmt: skip
+    argv = ["publish", str(peer), "--report", str(report / "report.json"), "--zoo", str(zoo)]
+    assert main([*argv, "--allow-unreliable-timing", "--name", "e3-imported"]) == 0
+    card = (zoo / "e3-imported" / "README.md").read_text()
+    assert "## Origin" in card and "speculators Eagle3Speculator" in card
+    assert "draftzoo import SOURCE --target" in card
+    board = tmp_path / "board"
+    assert main(["leaderboard", "--zoo", str(zoo), "--output-dir", str(board)]) == 0
+    assert (
+        "EAGLE-3 (imported: speculators Eagle3Speculator)" in (board / "LEADERBOARD.md").read_text()
+    )
+
+
+def _copy(folder: Path, to: Path, config=None, tensors=None, drop=(), pickle=False) -> Path:
+    """A copy of export `folder` with its config changed, tensors replaced or dropped."""
+    to.mkdir()
+    fields = json.loads((folder / "config.json").read_text())
+    (to / "config.json").write_text(json.dumps({**fields, **(config or {})}))
+    weights = next(folder.glob("*.safetensors"))
+    values = {k: v for k, v in load_file(weights).items() if k not in drop}
+    values.update(tensors or {})
+    if pickle:
+        torch.save(values, to / "medusa_lm_head.pt")
+    else:
+        save_file(values, str(to / weights.name))
+    return to
+
+
+def _bad_inputs(exports, tmp):
+    speculators = exports["eagle3-testbed-small", "speculators"]
+    sglang = exports["eagle3-testbed-small", "sglang"]
+    medusa = exports["medusa1-testbed-small", "medusa"]
+    embedding = load_file(speculators / "model.safetensors")["embed_tokens.weight"]
+    verifier = json.loads((speculators / "config.json").read_text())["speculators_config"]
+    verifier["verifier"]["name_or_path"] = "meta-llama/Llama-3.1-8B-Instruct"
+    return {
+        "missing tensor": (
+            _copy(sglang, tmp / "missing", drop=("norm.weight",)),
+            [TESTBED],
+            "missing ['norm.weight']",
+        ),
+        "wrong shape": (
+            _copy(
+                speculators,
+                tmp / "shape",
+                tensors={"layers.0.self_attn.q_proj.weight": torch.zeros(256, 300)},
+            ),
+            [TESTBED],
+            "size mismatch",
+        ),
+        "another verifier": (
+            _copy(speculators, tmp / "verifier", config={"speculators_config": verifier}),
+            [TESTBED],
+            "names verifier 'meta-llama/Llama-3.1-8B-Instruct', not the target",
+        ),
+        "pickle only": (
+            _copy(medusa, tmp / "pickle", pickle=True),
+            [TESTBED],
+            "--allow-pickle",
+        ),
+        "unknown layout": (
+            _copy(sglang, tmp / "unknown", drop=("fc.weight",), tensors={"x": torch.zeros(2)}),
+            [TESTBED],
+            "in no layout draftzoo imports",
+        ),
+        "another embedding": (
+            _copy(speculators, tmp / "embedding", tensors={"embed_tokens.weight": embedding + 1}),
+            [TESTBED],
+            "embed_tokens is not the target's",
+        ),
+        "no target named": (_copy(sglang, tmp / "anonymous"), [], "pass --target"),
+        "other norm order": (
+            _copy(sglang, tmp / "norm", config={"norm_before_residual": True}),
+            [TESTBED],
+            "norm_before_residual is true",
+        ),
+    }
+
+
+def test_bad_peer_folders_are_refused_in_one_line_writing_nothing(
+    exports, tmp_path, capsys, monkeypatch
+):
+    monkeypatch.delenv("DRAFTZOO_ALLOW_PICKLE", raising=False)
+    for case, (folder, target, said) in _bad_inputs(exports, tmp_path).items():
+        before = sorted((p.name, p.stat().st_size) for p in folder.iterdir())
+        out = tmp_path / f"out-{folder.name}"
+        named = [x for t in target for x in ("--target", t)]
+        argv = ["import", str(folder), "--output-dir", str(out), *named]
+        line = _assert_one_error_line(argv, capsys, said, str(folder))
+        assert ".tmp-" not in line, (case, line)  # names the user's folder, not a scratch one
+        assert not out.exists(), case
+        assert sorted((p.name, p.stat().st_size) for p in folder.iterdir()) == before, case
+    # the pickle-only folder imports when pickles are allowed, to the shipped heads
+    shipped, _ = resolve_drafter("medusa1-testbed-small")
+    out = tmp_path / "allowed"
+    pickled = tmp_path / "pickle"
+    argv = ["--allow-pickle", "import", str(pickled), "--output-dir", str(out)]
+    assert main([*argv, "--target", TESTBED]) == 0
+    mine, back = load_file(shipped / "model.safetensors"), load_file(out / "model.safetensors")
+    assert set(back) == set(mine) and all(torch.equal(back[k], mine[k]) for k in mine)
