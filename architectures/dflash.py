@@ -41,6 +41,10 @@ FAMILY_SPECS = (
             "sglang": "draftzoo.architectures.dflash_export:export_engines",
             "speculators": "draftzoo.architectures.dflash_export:export_speculators",
         },
+        importers={
+            "engines": "draftzoo.architectures.dflash_import:import_engines",
+            "speculators": "draftzoo.architectures.dflash_import:import_speculators",
+        },
         tests=(
             "tests/architectures/test_dflash.py",
             "tests/train/test_dflash.py",

@@ -74,8 +74,10 @@ def import_eagle1(peer: PeerFolder, target) -> Imported | None:
     keys, hidden = peer.keys, target.hidden_size
     if "fc.weight" not in keys or "layers.0.self_attn.q_proj.weight" not in keys:
         return None
-    if peer.tensors["fc.weight"].shape[-1] != 2 * hidden or "d2t" in keys:
+    if peer.tensors["fc.weight"].shape[-1] != 2 * hidden:
         return None
+    if any(not k.startswith(("fc.", "layers.0.", "embed_tokens.")) for k in keys):
+        return None  # EAGLE-1 is fc and one layer: anything else (a norm, a head) is not it
     tensors, notes = {}, []
     for key, value in peer.tensors.items():
         if key == "layers.0.input_layernorm.weight":

@@ -182,3 +182,29 @@ def test_bad_peer_folders_are_refused_in_one_line_writing_nothing(
     assert main([*argv, "--target", TESTBED]) == 0
     mine, back = load_file(shipped / "model.safetensors"), load_file(out / "model.safetensors")
     assert set(back) == set(mine) and all(torch.equal(back[k], mine[k]) for k in mine)
+
+
+@pytest.mark.parametrize("fmt", ["vllm", "speculators"])
+def test_a_dflash_export_imports_back_to_the_same_drafter(tmp_path, fmt):
+    """No DFlash drafter ships; a seeded one for testbed-small, both its layouts."""
+    from draftzoo.architectures.defaults import committed_target_dir
+    from draftzoo.architectures.dflash import DflashConfig, build_dflash
+    from draftzoo.architectures.drafter_io import save_drafter
+    from draftzoo.architectures.export import export_drafter
+    from draftzoo.architectures.target import TargetAdapter
+
+    target = TargetAdapter.from_pretrained(committed_target_dir())
+    torch.manual_seed(0)
+    drafter = build_dflash(DflashConfig(block_size=4, num_layers=2, mask_token_id=0), target)
+    recipe = {"target": {"path": TESTBED}}
+    taps = list(drafter.layers_read)
+    folder = save_drafter(
+        drafter, tmp_path / "d", "dflash", target.fingerprint(), recipe, "-", taps
+    )
+    exported = export_drafter(folder, tmp_path / fmt, fmt)
+    out = import_drafter(exported, tmp_path / "back", TESTBED)
+    mine, back = load_file(folder / "model.safetensors"), load_file(out / "model.safetensors")
+    assert set(back) == set(mine) and all(torch.equal(back[k], mine[k]) for k in mine)
+    original = json.loads((folder / "config.json").read_text())
+    assert json.loads((out / "config.json").read_text()) == original
+    assert read_drafter_record(out)["hidden_state_layers"] == taps

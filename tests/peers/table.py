@@ -66,11 +66,12 @@ def render(rows: list[dict]) -> str:
         )
     lines += [
         "",
-        "Not compared here: EAGLE-1 and vLLM's Medusa layout (their only loaders are vLLM's,",
-        "which needs CUDA), MTP modules (vLLM and SGLang load them; speculators' own MTP class",
-        "is another layout, not exported). Those exports are held key by key to the engines'",
-        "parameter lists in the architecture tests, and the MTP hand-over conventions to",
-        "re-enactments of vLLM's and SGLang's forwards (tests/inference/test_mtp_hand_over.py).",
+        "Not compared here: EAGLE-1, vLLM's Medusa layout and DFlash's `vllm`/`sglang` layout",
+        "(their loaders are vLLM's and SGLang's, which need CUDA), MTP modules (vLLM and SGLang",
+        "load them; speculators' own MTP class is another layout, not exported). Those exports",
+        "are held key by key to the engines' parameter lists in the architecture tests, and the",
+        "MTP hand-over conventions to re-enactments of vLLM's and SGLang's forwards",
+        "(tests/inference/test_mtp_hand_over.py).",
         "",
     ]
     return "\n".join(lines)

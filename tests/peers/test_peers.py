@@ -277,3 +277,111 @@ def test_medusa_reference_loads_the_medusa_export_strictly_and_gives_its_logits(
         "real",
     )
     _assert_same_logits(load_file(out)["logits"], ours, row)
+
+
+def _dflash_drafter(target: TargetAdapter, folder: Path) -> Path:
+    """A seeded DFlash drafter for testbed-small (blocks of 4, two layers, taps 2, 6, 9), its
+    norms moved off 1 so every tensor matters, saved as training saves one."""
+    from draftzoo.architectures.dflash import DflashConfig, build_dflash
+    from draftzoo.architectures.drafter_io import save_drafter
+
+    torch.manual_seed(0)
+    config = DflashConfig(block_size=4, num_layers=2, layers=(2, 6, 9), mask_token_id=0)
+    drafter = build_dflash(config, target)
+    with torch.no_grad():
+        for parameter in drafter.parameters():
+            if parameter.dim() == 1:
+                parameter.add_(0.1 * torch.randn_like(parameter))
+    recipe = {"target": {"path": str(committed_testbed_dir().resolve())}}
+    fingerprint = target.fingerprint()
+    return save_drafter(drafter, folder, "dflash", fingerprint, recipe, "none", [2, 6, 9])
+
+
+def _dflash_inputs(target: TargetAdapter, anchors: list[int], block: int):
+    """(the clients' inputs, draftzoo's mask): real testbed states at the taps; block j sees
+    the positions before its anchor and its own block, as speculators' anchor-block mask."""
+    seq = _real_inputs(target, [2, 6, 9, target.num_layers])
+    hidden = target.hidden_size
+    states, final = seq["states"][..., : 3 * hidden], seq["states"][..., 3 * hidden :]
+    n, s = len(anchors), seq["seq"].shape[1]
+    allowed = torch.zeros(1, 1, n * block, s + n * block, dtype=torch.bool)
+    for j, anchor in enumerate(anchors):
+        rows = slice(j * block, (j + 1) * block)
+        allowed[0, 0, rows, :anchor] = True
+        allowed[0, 0, rows, s + j * block : s + (j + 1) * block] = True
+    tensors = {
+        "states": states.float().contiguous(),
+        "ids": seq["seq"],
+        "anchors": torch.tensor(anchors),
+        "final": final.float().contiguous(),
+    }
+    return tensors, allowed
+
+
+def test_speculators_loads_the_dflash_export_and_drafts_the_same(target, elsewhere, tmp_path):
+    """speculators' `DFlashDraftModel` loads the `speculators` DFlash export (its embedding and
+    head from the verifier the export names) and its anchored-block forward gives draftzoo's
+    block logits at every slot of every block."""
+    from draftzoo.architectures.dflash import load_dflash
+
+    folder = _dflash_drafter(target, tmp_path / "dflash")
+    export = export_drafter(folder, tmp_path / "speculators", "speculators")
+    anchors, block = [5, 20, 41, 77, 100], 4
+    tensors, allowed = _dflash_inputs(target, anchors, block)
+    file, out = tmp_path / "in.safetensors", tmp_path / "out.safetensors"
+    save_file(tensors, str(file))
+    info = run_client(
+        "speculators", "speculators_dflash.py", str(export), str(file), str(out), cwd=elsewhere
+    )
+    assert info["class"] == "DFlashDraftModel" and info["block_starts"] == anchors
+    assert info["layer_ids"] == [2, 6, 9]
+    drafter = load_dflash(folder, target)
+    s = tensors["ids"].shape[1]
+    ids = drafter.block_inputs(tensors["ids"][0, anchors]).reshape(1, -1)
+    positions = (torch.tensor(anchors)[:, None] + torch.arange(block)).reshape(1, -1)
+    with torch.no_grad():
+        hidden = drafter(tensors["states"], torch.arange(s)[None], ids, positions, allowed)
+        ours = drafter.logits(hidden)[None]
+    got = load_file(out)
+    assert torch.equal(got["embed_tokens"], input_embedding(committed_testbed_dir()).float())
+    row = ("DFlash", "`speculators`", "export -> peer", info["peer"], "real")
+    _assert_same_logits(got["logits"], ours, row)
+
+
+def test_a_dflash_drafter_speculators_saved_imports_and_drafts_what_it_computes(
+    target, elsewhere, tmp_path
+):
+    """speculators loads a DFlash export, moves its weights (seeded) and saves them with its
+    own `save_pretrained` (no embedding, head or verifier norm); the imported drafter's block
+    logits equal speculators' own forward on the saved folder."""
+    from draftzoo.architectures.dflash import load_dflash
+    from draftzoo.inference.peer_import import import_drafter
+
+    folder = _dflash_drafter(target, tmp_path / "dflash")
+    export = export_drafter(folder, tmp_path / "speculators", "speculators")
+    saved = tmp_path / "saved"
+    run_client("speculators", "speculators_save.py", str(export), str(saved), "1", cwd=elsewhere)
+    anchors, block = [5, 20, 41, 77, 100], 4
+    tensors, allowed = _dflash_inputs(target, anchors, block)
+    file, out = tmp_path / "in.safetensors", tmp_path / "out.safetensors"
+    save_file(tensors, str(file))
+    args = [str(saved), str(file), str(out)]
+    info = run_client("speculators", "speculators_dflash.py", *args, cwd=elsewhere)
+    imported = import_drafter(saved, tmp_path / "imported", str(committed_testbed_dir().resolve()))
+    drafter = load_dflash(imported, target)
+    s = tensors["ids"].shape[1]
+    ids = drafter.block_inputs(tensors["ids"][0, anchors]).reshape(1, -1)
+    positions = (torch.tensor(anchors)[:, None] + torch.arange(block)).reshape(1, -1)
+    with torch.no_grad():
+        hidden = drafter(tensors["states"], torch.arange(s)[None], ids, positions, allowed)
+        ours = drafter.logits(hidden)[None]
+    layout = read_drafter_record(imported)["imported"]["layout"]
+    _assert_same_logits(
+        load_file(out)["logits"], ours, ("DFlash", layout, "peer -> import", info["peer"], "real")
+    )
+    shipped = load_dflash(folder, target)
+    with torch.no_grad():
+        before = shipped.logits(
+            shipped(tensors["states"], torch.arange(s)[None], ids, positions, allowed)
+        )
+    assert (before - ours[0]).abs().max() > 1e-2  # the peer's weights, not the exported ones
