@@ -50,6 +50,7 @@ FAMILY_SPECS = (
             "tests/train/test_dflash.py",
             "tests/inference/test_dflash_runtime.py",
         ),
+        drafts_trees=True,
     ),
 )
 

@@ -21,6 +21,7 @@ _EXPORTS = {
     "PromptLookupProposer": "draftzoo.inference.proposers",
     "EagleProposer": "draftzoo.inference.eagle",
     "TreeSettings": "draftzoo.inference.eagle",
+    "PositionTree": "draftzoo.inference.position_tree",
     "load": "draftzoo.inference.load",
     "export_drafter": "draftzoo.architectures.export",
     "DraftzooError": "draftzoo.architectures.errors",

@@ -141,6 +141,8 @@ def _generate(args: argparse.Namespace) -> int:
 
     if args.tree and not args.drafter:
         raise ConfigError("--tree needs --drafter DRAFTER (a family that drafts trees)")
+    if args.tree_choices and not args.tree:
+        raise ConfigError("--tree-choices shapes a tree: also pass --tree")
     if args.hybrid and not args.drafter:
         raise ConfigError("--hybrid needs --drafter DRAFTER (suffix branches beside its drafts)")
     params = SamplingParams(
@@ -153,6 +155,11 @@ def _generate(args: argparse.Namespace) -> int:
         acceptance=args.acceptance,
     )
     tree_options = _given_tree_options(args)
+    tree = TreeSettings(**tree_options) if tree_options else None
+    if args.tree_choices:
+        from draftzoo.inference.position_tree import PositionTree
+
+        tree = PositionTree(args.tree_choices)
     generator = build_generator(
         args.target,
         drafter=args.drafter,
@@ -161,7 +168,7 @@ def _generate(args: argparse.Namespace) -> int:
         suffix=_generate_suffix(args),
         proposal=_proposal(args),
         num_speculative_tokens=args.num_speculative_tokens,
-        tree=TreeSettings(**tree_options) if tree_options else None,
+        tree=tree,
         device=_device(args.device),
         cache=CacheSettings(static=args.static_cache, max_length=args.max_cache_length),
     )
@@ -305,6 +312,7 @@ def _eval_config(args: argparse.Namespace):
             position_edges=tuple(args.position_edges),
             certificate_samples=args.certificate_samples,
             certificate_prompts=args.certificate_prompts,
+            tree_choices=args.tree_choices,
             **_given_tree_options(args, names="eval"),
         )
     except ValueError as err:  # said before anything loads

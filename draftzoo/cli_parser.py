@@ -76,13 +76,38 @@ def _add_tree_options(parser: argparse.ArgumentParser) -> None:
             dest=flag[2:].replace("-", "_"),
             help=f"{what} (default {getattr(default, field)})",
         )
+    parser.add_argument(
+        "--tree-choices",
+        type=_tree_choices,
+        help="Medusa and DFlash: a static tree over the drafted positions' candidates, as JSON "
+        "paths of per-position ranks (Medusa's medusa_choices), e.g. '[[0],[1],[0,0]]' "
+        "(default: the drafter's calibrated tree, else a 16-node tree)",
+    )
+
+
+def _tree_choices(text: str) -> tuple[tuple[int, ...], ...]:
+    """--tree-choices: JSON paths of non-negative ranks, every path's parent listed."""
+    import json
+
+    from draftzoo.inference.position_tree import PositionTree
+
+    try:
+        paths = json.loads(text)
+        if not isinstance(paths, list) or not paths:
+            raise ValueError("not a list of paths")
+        return PositionTree(tuple(tuple(int(r) for r in path) for path in paths)).choices
+    except (ValueError, TypeError, RecursionError) as err:
+        raise argparse.ArgumentTypeError(
+            f"not a tree of rank paths like [[0],[1],[0,0]] ({err}): {text!r}"
+        ) from err
 
 
 #: --tree, for the families whose spec says they draft trees
 TREE_HELP = (
     "draft trees instead of chains, for a family that drafts them (EAGLE: EAGLE-2 dynamic "
     "trees; Medusa: the tree its training calibrated on held-out rows, else the default "
-    "static tree cut to the heads' depth)"
+    "static tree cut to the heads' depth; DFlash: --tree-choices, else the default static tree "
+    "over its block's slots)"
 )
 HYBRID_HELP = (
     "the drafter's chain (with --tree: its tree) with suffix decoding's branches merged in, or "

@@ -7,6 +7,7 @@ commands that reproduce training and evaluation.
 
 from __future__ import annotations
 
+import json
 import shlex
 from typing import Any
 
@@ -38,7 +39,10 @@ def eval_command(report: dict[str, Any], drafter: str) -> str:
     parts += ["--temperatures", *[f"{t:g}" for t in cfg["temperatures"]]]
     parts += ["--batch-sizes", *[str(b) for b in cfg["batch_sizes"]]]
     parts += ["--repeats", str(cfg["repeats"])]
-    if cfg["proposal"] == "tree":
+    if cfg["proposal"] == "tree" and cfg.get("tree_choices"):
+        paths = json.dumps([list(path) for path in cfg["tree_choices"]], separators=(",", ":"))
+        parts += ["--tree", "--tree-choices", paths]
+    elif cfg["proposal"] == "tree":
         parts += ["--tree", "--tree-top-k", str(cfg["tree_top_k"])]
         parts += ["--tree-depth", str(cfg["tree_depth"]), "--tree-tokens", str(cfg["tree_tokens"])]
         parts += ["--tree-sampled-children", str(cfg["tree_sampled_children"])]

@@ -45,6 +45,7 @@ from ..inference.cache_settings import CacheSettings
 from ..inference.eagle import TreeSettings
 from ..inference.generate import SpeculativeGenerator
 from ..inference.load import MODEL_FREE, DrafterRuntime
+from ..inference.position_tree import PositionTree
 from ..inference.sampling import ACCEPTANCES, SamplingParams
 from .certificate import CertificateConfig, certify, describe
 from .lm_quality import repeated_ngram_share
@@ -80,6 +81,9 @@ class EvalConfig:
     tree_depth: int = TreeSettings.depth
     tree_tokens: int = TreeSettings.total_tokens
     tree_sampled_children: int = TreeSettings.sampled_children  # T > 0: children per node
+    #: Medusa and DFlash: a static tree's paths of per-position ranks (`PositionTree`); None:
+    #: the drafter's calibrated or default tree
+    tree_choices: tuple[tuple[int, ...], ...] | None = None
     #: "exact" (lossless) or "typical" (Medusa's typical acceptance: LOSSY at T > 0); the
     #: target-only baseline always samples exactly
     acceptance: str = "exact"
@@ -102,6 +106,9 @@ class EvalConfig:
     certificate_prompts: int = CertificateConfig.prompts  # the first evaluation prompts
 
     def __post_init__(self) -> None:
+        if self.tree_choices is not None:  # a report's lists back to tuples; checked here
+            choices = tuple(tuple(path) for path in self.tree_choices)
+            object.__setattr__(self, "tree_choices", PositionTree(choices).choices)
         if not self.prompt_sets:
             raise ValueError("give at least one prompt set")
         if self.max_prompts < 1 or self.max_new_tokens < 1 or self.repeats < 1:
@@ -151,9 +158,11 @@ class EvalConfig:
         return CacheSettings(static=self.static_cache, max_length=self.max_cache_length)
 
     @property
-    def tree(self) -> TreeSettings | None:
+    def tree(self) -> TreeSettings | PositionTree | None:
         if self.proposal not in ("tree", "hybrid-tree"):
             return None
+        if self.tree_choices is not None:
+            return PositionTree(self.tree_choices)
         return TreeSettings(
             self.tree_top_k, self.tree_depth, self.tree_tokens, self.tree_sampled_children
         )

@@ -10,7 +10,11 @@ i. The chain is the first min(asked, block_size - 1) slots.
 
 Greedy drafts are each slot's argmax. At T > 0 each slot's draft is sampled from that slot's
 own q (which does not depend on the earlier drafts, so every draft is distributed as the q
-returned with it) and accepted by the usual rejection test: lossless.
+returned with it) and accepted by the usual rejection test: lossless. Since no slot's q depends
+on the tokens drafted before it, the same forward also drafts a static tree over the slots'
+top-k candidates (`PositionTree`, as Medusa's heads do; inference/position_tree.py): at T = 0
+ranked, at T > 0 i.i.d. draws from each slot's q, recursive rejection over siblings keeping the
+output distributed as the target's.
 
 A static `cache`: the context entries live in buffers preallocated for `max_length` positions;
 the block forward reads all of them under a mask of the filled ones, so it is captured once as
@@ -30,9 +34,10 @@ from .cache_settings import GROWING, CacheSettings
 from .drafter_request import DrafterRequest, LoadedDrafter
 from .errors import GenerationError
 from .graphs import CapturedCall, use_cuda_graphs
+from .position_tree import PositionTree, TreeDraw, resolve_position_tree
 from .proposers import Proposer, ProposerError
-from .sampling import SamplingParams, gumbel_argmax, probabilities
-from .tree import Proposal
+from .sampling import SamplingParams
+from .tree import Proposal, TreeSettings
 
 
 class GrowingEntries:
@@ -133,10 +138,22 @@ class StaticEntries:
 
 
 class DflashProposer(Proposer):
-    """Drafts chains of up to `block_size - 1` tokens with a `DflashDrafter`."""
+    """Drafts chains of up to `block_size - 1` tokens with a `DflashDrafter`, or a static
+    `tree` over its slots' candidates."""
 
-    def __init__(self, drafter: DflashDrafter, cache: CacheSettings = GROWING) -> None:
+    def __init__(
+        self,
+        drafter: DflashDrafter,
+        cache: CacheSettings = GROWING,
+        tree: PositionTree | None = None,
+    ) -> None:
+        if tree is not None and tree.depth > drafter.block_size - 1:
+            raise ProposerError(
+                f"the tree is {tree.depth} deep but the drafter's blocks draft "
+                f"{drafter.block_size - 1} positions"
+            )
         self.drafter = drafter.eval()
+        self.tree = tree
         self.target_layers = drafter.taps
         self.device, self.dtype = drafter.fc.weight.device, drafter.fc.weight.dtype
         self.entries: GrowingEntries | StaticEntries = (
@@ -144,6 +161,7 @@ class DflashProposer(Proposer):
             if cache.static
             else GrowingEntries(drafter)
         )
+        self.draw = TreeDraw(tree, self.device)
         self.reset()
 
     @classmethod
@@ -194,27 +212,38 @@ class DflashProposer(Proposer):
             return Proposal.chain([])
         anchor = torch.tensor([context[-1]], device=self.device)
         logits = self.entries.block_logits(anchor, len(context) - 1)
-        logits = logits[: min(max_tokens, self.drafter.block_size - 1)]
-        if params.greedy:
-            return Proposal.chain(logits.argmax(-1))
-        q = probabilities(logits, params)
-        return Proposal.chain(gumbel_argmax(q, generator), q)
+        limit = self.tree.depth if self.tree is not None else self.drafter.block_size - 1
+        depth = min(max_tokens, limit)
+        logits = logits[:depth]
+        uniforms = self.draw.uniforms(depth, logits.shape[-1], params, generator)
+        tokens, q = self.draw.draft(logits, params, uniforms)
+        return self.draw.proposal(tokens, q, depth)
 
 
 def load_runtime(folder: Path, record: dict, target, tokenizer, request: DrafterRequest):
-    """A DFlash drafter loaded for `target` (the family's `runtime`; chains only)."""
+    """A DFlash drafter loaded for `target` (the family's `runtime`): chains of up to
+    `block_size - 1` tokens, or a static `PositionTree` over its slots (the default tree cut to
+    the block unless one is named)."""
     adapter = TargetAdapter(target, tokenizer)
     drafter = load_dflash(Path(folder), adapter, dtype=target.dtype, record=record)
     longest = drafter.block_size - 1
     asked = request.num_speculative_tokens
-    if asked is not None and asked > longest:
+    tree = None
+    if request.proposal == "tree":
+        tree = request.tree
+        if request.published_tree is not None:
+            tree = PositionTree(tuple(tuple(p) for p in request.published_tree["choices"]))
+        tree = resolve_position_tree(tree or TreeSettings(), longest, "DFlash blocks")
+    elif asked is not None and asked > longest:
         raise ProposerError(
             f"drafter {folder} drafts blocks of {drafter.block_size} (the anchor and "
             f"{longest} tokens), so its chains are at most {longest} tokens long; asked for "
             f"{asked}"
         )
+    # built now, so a tree deeper than the block is refused before anything runs
+    built = [DflashProposer(drafter, request.cache, tree)]
 
     def make() -> Proposer:
-        return DflashProposer(drafter, request.cache)
+        return built.pop() if built else DflashProposer(drafter, request.cache, tree)
 
-    return LoadedDrafter(drafter, make)
+    return LoadedDrafter(drafter, make, tree)

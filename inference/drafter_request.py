@@ -45,4 +45,4 @@ class LoadedDrafter:
 
     module: nn.Module  # the drafter's own weights (shared target weights excluded)
     make_proposer: Callable[[], Proposer]
-    tree: Any = None  # the tree it drafts (TreeSettings, MedusaTree), None for chains
+    tree: Any = None  # the tree it drafts (TreeSettings, PositionTree), None for chains

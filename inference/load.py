@@ -30,8 +30,8 @@ from .drafter_request import DrafterRequest, LoadedDrafter
 from .errors import GenerationError
 from .generate import SpeculativeGenerator
 from .hybrid import HybridProposer, HybridSettings
-from .medusa import MedusaTree
 from .peer_import import drafter_from_peer
+from .position_tree import PositionTree
 from .proposers import PromptLookupProposer, Proposer, ProposerError
 from .suffix import SuffixCache, SuffixProposer, SuffixSettings
 from .suffix_store import global_cache
@@ -51,7 +51,7 @@ class DrafterRuntime:
     make_proposer: Callable[[], Proposer]  # one per request (proposers keep per-request state)
     num_speculative_tokens: int | None  # chain length, or tree depth; None: adaptive
     proposal: str  # "chain" or "tree"
-    tree: TreeSettings | MedusaTree | None = None  # the tree it drafts, when it drafts trees
+    tree: TreeSettings | PositionTree | None = None  # the tree it drafts, when it drafts trees
     #: called before each measured pass (a temperature, batch size and repeat of `draftzoo
     #: eval`): a proposer that learns across requests forgets earlier passes, so one pass's
     #: prompts never draft from another pass's answers to the same prompts
@@ -94,7 +94,7 @@ def load_drafter(
     tokenizer,
     proposal: str = "chain",
     num_speculative_tokens: int | None = NUM_SPECULATIVE_TOKENS,
-    tree: TreeSettings | MedusaTree | dict | None = None,
+    tree: TreeSettings | PositionTree | dict | None = None,
     cache: CacheSettings = GROWING,
     record: dict[str, Any] | None = None,
     suffix: SuffixSettings | None = None,
@@ -103,8 +103,9 @@ def load_drafter(
 
     `proposal`: "chain", "hybrid" / "hybrid-tree" (its chain / tree with suffix decoding's
     branches, `HybridProposer`) or "tree" for a family that drafts trees (EAGLE: EAGLE-2 dynamic
-    trees, `TreeSettings`; Medusa: a static `MedusaTree`, its calibrated or default one when
-    none is given; a zoo entry's published settings as a dict); a tree's depth then sets the
+    trees, `TreeSettings`; Medusa and DFlash: a static `PositionTree`, its calibrated or
+    default one when none is given; a zoo entry's published settings as a dict); a tree's
+    depth then sets the
     speculation length unless that is None (adaptive). A family that adapts the target
     (Medusa-2) changes `target` in place. `cache`: how the proposers keep their caches
     (`CacheSettings`). `record`: the drafter's record when the caller has read it already.
@@ -277,7 +278,7 @@ def load(
     *,
     proposal: str | None = None,
     num_speculative_tokens: int | Literal["published"] | None = AS_PUBLISHED,
-    tree: TreeSettings | MedusaTree | None = None,
+    tree: TreeSettings | PositionTree | None = None,
     dtype: torch.dtype = torch.float32,
     device=None,
     zoos: list[Path] | None = None,

@@ -18,8 +18,6 @@ and recursive rejection over siblings keeps the output distributed as the target
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -27,106 +25,24 @@ import torch
 from ..architectures.families import family_spec
 from ..architectures.lora_adapter import adapter_dir, merge_adapter
 from ..architectures.medusa import MedusaHeads, load_medusa
-from ..architectures.medusa_tree import calibrated_choices, estimated_acceptance
 from ..architectures.target import TargetAdapter
 from .cache_settings import GROWING, CacheSettings
 from .drafter_request import DrafterRequest, LoadedDrafter
 from .graphs import CapturedCall, use_cuda_graphs
+from .position_tree import PositionTree, TreeDraw, resolve_position_tree
 from .proposers import Proposer, ProposerError
-from .sampling import SamplingParams, gumbel_pick, probabilities
+from .sampling import SamplingParams
 from .tree import Proposal, TreeSettings
 
-#: a sparse 16-node tree for 4 heads: wide near the root, one path deep
-DEFAULT_CHOICES: tuple[tuple[int, ...], ...] = (
-    (0,),
-    (1,),
-    (2,),
-    (3,),
-    (0, 0),
-    (0, 1),
-    (0, 2),
-    (1, 0),
-    (1, 1),
-    (2, 0),
-    (0, 0, 0),
-    (0, 0, 1),
-    (0, 1, 0),
-    (1, 0, 0),
-    (0, 0, 0, 0),
-    (0, 0, 0, 1),
-)
-
-
-@dataclass(frozen=True)
-class MedusaTree:
-    """A static Medusa tree: paths of per-depth top-k indices (`medusa_choices`)."""
-
-    choices: tuple[tuple[int, ...], ...] = DEFAULT_CHOICES
-
-    def __post_init__(self) -> None:
-        paths = [tuple(p) for p in self.choices]
-        if not paths or any(not p or min(p) < 0 for p in paths):
-            raise ValueError("a Medusa tree is a non-empty list of non-empty index paths >= 0")
-        if len(set(paths)) != len(paths):
-            raise ValueError("a Medusa tree lists a path twice")
-        missing = sorted({p[:-1] for p in paths if len(p) > 1} - set(paths))
-        if missing:
-            raise ValueError(f"a Medusa tree needs every path's parent; missing {missing}")
-        object.__setattr__(self, "choices", tuple(sorted(paths, key=lambda p: (len(p), p))))
-
-    @classmethod
-    def default(cls, num_heads: int) -> MedusaTree:
-        """`DEFAULT_CHOICES` without the paths deeper than `num_heads`."""
-        return cls(tuple(p for p in DEFAULT_CHOICES if len(p) <= num_heads))
-
-    @classmethod
-    def calibrated(cls, rank_accuracy: Sequence[Sequence[float]], nodes: int) -> MedusaTree:
-        """The `nodes` paths with the highest estimated acceptance given each head's measured
-        rank accuracies (`architectures.medusa_tree`)."""
-        return cls(tuple(calibrated_choices(rank_accuracy, nodes)))
-
-    def estimated_acceptance(self, rank_accuracy: Sequence[Sequence[float]]) -> float:
-        """Expected tokens per round under per-head independence."""
-        return estimated_acceptance(self.choices, rank_accuracy)
-
-    @property
-    def depth(self) -> int:
-        """The longest path: the heads it needs."""
-        return max(len(p) for p in self.choices)
-
-    @property
-    def top_k(self) -> int:
-        """Candidates each head must rank."""
-        return 1 + max(max(p) for p in self.choices)
-
-    def layout(self, depth: int, width: int) -> tuple[list[int], list[int]]:
-        """(where each node's token sits in a flattened [heads, width] table, its parent) for
-        the tree's nodes up to `depth`."""
-        index: dict[tuple[int, ...], int] = {}
-        cells, parents = [], []
-        for path in self.choices:
-            if len(path) > depth:
-                continue
-            index[path] = len(cells)
-            cells.append((len(path) - 1) * width + path[-1])
-            parents.append(index[path[:-1]] if len(path) > 1 else -1)
-        return cells, parents
+#: Medusa's static tree is the shared per-position tree (inference/position_tree.py)
+MedusaTree = PositionTree
 
 
 def resolve_medusa_tree(
-    tree: MedusaTree | TreeSettings, num_heads: int, calibrated: MedusaTree | None = None
-) -> MedusaTree:
-    """The Medusa tree to draft: a `MedusaTree` as given; for tree settings left at EAGLE's
-    defaults (no Medusa tree named), the drafter's `calibrated` tree, else the default tree cut
-    to the heads' depth. EAGLE settings that were changed are refused rather than ignored."""
-    if isinstance(tree, MedusaTree):
-        return tree
-    if tree != TreeSettings():
-        raise ProposerError(
-            "EAGLE tree settings (top_k, depth, total_tokens, sampled_children) do not apply "
-            "to Medusa heads; pass a MedusaTree(choices=...)"
-        )
-    return calibrated if calibrated is not None else MedusaTree.default(num_heads)
+    tree: PositionTree | TreeSettings, num_heads: int, calibrated: PositionTree | None = None
+) -> PositionTree:
+    """The Medusa tree to draft (`resolve_position_tree` for `num_heads` heads)."""
+    return resolve_position_tree(tree, num_heads, "Medusa heads", calibrated)
 
 
 def calibrated_tree(record: dict) -> MedusaTree | None:
@@ -162,8 +78,7 @@ class MedusaProposer(Proposer):
         self.device = heads.lm_heads[0].weight.device
         self.use_graphs = cache.static and use_cuda_graphs(self.device, cache.cuda_graphs)
         self._graphs: dict[tuple, CapturedCall] = {}
-        #: per depth: the tree's cells in the [depth, top_k] ranking, parents, node heads
-        self._layouts: dict[int, tuple[torch.Tensor, list[int], torch.Tensor]] = {}
+        self.draw = TreeDraw(tree, self.device)
         self.reset()
 
     @classmethod
@@ -203,57 +118,25 @@ class MedusaProposer(Proposer):
             )
         limit = self.tree.depth if self.tree is not None else self.heads.num_heads
         depth = min(max_tokens, limit)
-        width = self.tree.top_k if self.tree is not None else 1
-        uniforms = None  # T > 0: `width` i.i.d. draws from each head's q
-        if not params.greedy:
-            shape = (depth, width, self.heads.vocab_size)
-            uniforms = torch.rand(shape, generator=generator, device=self.device)
+        # T > 0: `width` i.i.d. draws from each head's q
+        uniforms = self.draw.uniforms(depth, self.heads.vocab_size, params, generator)
         last = self.last.to(self.device)
         if not self.use_graphs:
             tokens, draft_probs = self._draft(last, depth, params, uniforms)
         else:
             tokens, draft_probs = self._replay(last, depth, params, uniforms)
-        if self.tree is None:
-            return Proposal.chain(tokens, draft_probs)  # read with the verification
-        return Proposal(tokens, self._layout(depth)[1], draft_probs)
+        return self.draw.proposal(tokens, draft_probs, depth)
 
     def _draft(self, last, depth, params, uniforms):
         """The heads' tokens [nodes] and, at T > 0, each node's head's q [nodes, V]."""
-        logits = self.heads(last, heads=depth)  # [depth, V]
-        width = self.tree.top_k if self.tree is not None else 1
-        q = None
-        if params.greedy and self.tree is None:
-            ranked = logits.argmax(-1, keepdim=True)  # [depth, 1]
-        elif params.greedy:
-            ranked = logits.topk(width, dim=-1).indices  # [depth, width], best first
-        else:
-            q = probabilities(logits, params)  # each head's own q
-            ranked = gumbel_pick(q[:, None].expand(-1, width, -1), uniforms)
-        if self.tree is None:
-            return ranked[:, 0], q
-        cells, _, node_heads = self._layout(depth)
-        tokens = ranked.reshape(-1).index_select(0, cells)
-        return tokens, None if q is None else q.index_select(0, node_heads)
-
-    def _layout(self, depth: int) -> tuple[torch.Tensor, list[int], torch.Tensor]:
-        if depth not in self._layouts:
-            cells, parents = self.tree.layout(depth, self.tree.top_k)
-            heads: list[int] = []  # a node's head: its depth - 1
-            for parent in parents:
-                heads.append(0 if parent < 0 else heads[parent] + 1)
-            self._layouts[depth] = (
-                torch.tensor(cells, device=self.device),
-                parents,
-                torch.tensor(heads, device=self.device),
-            )
-        return self._layouts[depth]
+        return self.draw.draft(self.heads(last, heads=depth), params, uniforms)
 
     def _replay(self, last, depth, params, uniforms):
         key = (depth, params.temperature, params.top_k, params.top_p)
         entry = self._graphs.get(key)
         if entry is None:
             if self.tree is not None:
-                self._layout(depth)  # its tensors exist before the capture
+                self.draw.layout(depth)  # its tensors exist before the capture
             inputs = {"last": torch.zeros_like(last)}
             if uniforms is not None:
                 inputs["uniforms"] = torch.rand_like(uniforms)

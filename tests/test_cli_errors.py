@@ -418,6 +418,35 @@ def test_out_of_range_options_and_malformed_zoos_and_prompt_files(tmp_path, caps
             ],
             "tree top_k 100000 is over 256",
         ),
+        (
+            [
+                "generate",
+                "--prompt",
+                "x",
+                "--drafter",
+                "medusa1-testbed-small",
+                "--tree",
+                "--tree-choices",
+                "[[0, 0]]",
+            ],
+            "needs every path's parent; missing [(0,)]",
+        ),
+        (
+            [
+                "generate",
+                "--prompt",
+                "x",
+                "--drafter",
+                "medusa1-testbed-small",
+                "--tree-choices",
+                "[[0]]",
+            ],
+            "--tree-choices shapes a tree: also pass --tree",
+        ),
+        (
+            ["eval", "eagle3-testbed-small", "--tree", "--tree-choices", "[[-1]]"],
+            "index paths >= 0",
+        ),
         (["train", recipe, "--check", "--set", "train.lr=.nan"], "lr must be a finite number"),
         (["train", recipe, "--check", "--set", "train.lr=-1"], "lr must be a finite number >= 0"),
     ]

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from ..architectures.medusa_tree import calibrated_choices, estimated_acceptance
+from ..architectures.tree_search import calibrated_choices, estimated_acceptance
 from ..data.batching import collate
 from ..data.capture import target_logits
 from .eagle_losses import ahead, real_positions

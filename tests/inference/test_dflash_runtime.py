@@ -16,8 +16,10 @@ from draftzoo.inference.cache_settings import CacheSettings
 from draftzoo.inference.dflash import DflashProposer
 from draftzoo.inference.generate import SpeculativeGenerator, fused_states
 from draftzoo.inference.load import load_drafter
+from draftzoo.inference.position_tree import PositionTree
 from draftzoo.inference.proposers import ProposerError
 from draftzoo.inference.sampling import SamplingParams
+from draftzoo.inference.tree import TreeSettings
 from draftzoo.train.dflash import run
 from tests.inference.helpers import PROMPTS, RecordingProposer, assert_reads_per_round
 from tests.inference.test_lossless_sampling import (
@@ -116,7 +118,7 @@ def test_a_round_drafts_what_training_computes_for_that_block(drafter_dir, targe
     assert proposer.entries.length == n - 1  # only real context entries are kept
 
 
-def test_load_drafter_refuses_longer_chains_trees_and_another_target(
+def test_load_drafter_refuses_longer_chains_deeper_trees_and_another_target(
     drafter_dir, target_and_tokenizer, reference
 ):
     model, tokenizer = target_and_tokenizer
@@ -129,27 +131,64 @@ def test_load_drafter_refuses_longer_chains_trees_and_another_target(
     )
     with pytest.raises(ProposerError, match="at most 3 tokens long; asked for 9"):
         load_drafter(drafter_dir, model, tokenizer, "chain", 9)
-    with pytest.raises(ProposerError, match="chains only"):
-        load_drafter(drafter_dir, model, tokenizer, "tree", None)
+    tree = load_drafter(drafter_dir, model, tokenizer, "tree", 3)
+    assert tree.proposal == "tree" and tree.tree == PositionTree.default(3)
+    assert tree.num_speculative_tokens == 3
+    with pytest.raises(ProposerError, match="4 deep but the drafter's blocks draft 3"):
+        load_drafter(drafter_dir, model, tokenizer, "tree", 3, PositionTree())
+    with pytest.raises(ProposerError, match="do not apply to DFlash blocks"):
+        load_drafter(drafter_dir, model, tokenizer, "tree", 3, TreeSettings(top_k=4))
     other = _tiny_lm(seed=0, sharpness=1.0)
     with pytest.raises(FingerprintMismatchError, match="built for another target"):
         load_drafter(drafter_dir, other, None, "chain", 3)
 
 
+#: a 9-node tree over the 3 drafted slots of blocks of 4
+TREE = PositionTree(
+    ((0,), (1,), (0, 0), (0, 1), (1, 0), (0, 0, 0), (0, 0, 1), (0, 1, 0), (1, 0, 0))
+)
+
+
+@pytest.mark.parametrize("tree", [False, True], ids=["chain", "tree"])
 @pytest.mark.parametrize("static", [False, True], ids=["growing", "static"])
-def test_sampled_chains_match_the_target_distribution(static):
+def test_sampled_chains_and_trees_match_the_target_distribution(static, tree):
     """An untrained drafter (its slots' q far from p), every slot's draft sampled from its own
-    q: the speculative samples' TV distance to the exact target distribution stays under the
-    threshold of tests/inference/test_lossless_sampling.py."""
+    q (trees: two i.i.d. draws per slot, recursive rejection over siblings): the speculative
+    samples' TV distance to the exact target distribution stays under the threshold of
+    tests/inference/test_lossless_sampling.py."""
     target = _tiny_lm(seed=0, sharpness=30.0)
     exact = _exact_distribution(target, PARAMS)
     torch.manual_seed(6)
     drafter = build_dflash(
         DflashConfig(block_size=4, layers=(1, 2), mask_token_id=0), TargetAdapter(target)
     ).eval()
-    proposer = DflashProposer(drafter, CacheSettings(static=static, max_length=64))
+    cache = CacheSettings(static=static, max_length=64)
+    proposer = DflashProposer(drafter, cache, TREE if tree else None)
     generator = SpeculativeGenerator(target, None, proposer, num_speculative_tokens=3)
     counts, accepted = sample_outcomes(generator)
     tv, threshold = _tv(counts, exact), _threshold(exact)
     assert tv < threshold, f"TV {tv:.4f} >= {threshold:.4f}"
     assert accepted > 0
+
+
+@pytest.mark.parametrize("static", [False, True], ids=["growing", "static"])
+def test_greedy_trees_equal_target_only_and_accept_more(
+    drafter_dir, target_and_tokenizer, reference, static
+):
+    """A static tree over the slots' top-k candidates (one block forward a round, as chains):
+    greedy output equals target-only, batch 1 and 4, and it commits at least what the chain of
+    the same depth commits per target forward (the chain is one of its paths)."""
+    model, tokenizer = target_and_tokenizer
+    drafter = DflashProposer.from_pretrained(drafter_dir, model, tokenizer).drafter
+    cache = CacheSettings(static=static, max_length=256)
+    params = SamplingParams(max_new_tokens=32)
+    tau = {}
+    for name, tree in (("chain", None), ("tree", TREE)):
+        generator = SpeculativeGenerator(model, tokenizer, DflashProposer(drafter, cache, tree), 3)
+        outputs = [generator.generate(p, params) for p in PROMPTS]
+        assert [o.token_ids for o in outputs] == reference, name
+        forwards = sum(o.metrics.num_target_forwards for o in outputs)
+        tau[name] = sum(o.metrics.num_generated_tokens for o in outputs) / forwards
+    assert tau["tree"] >= tau["chain"], tau
+    batch = BatchGenerator(model, tokenizer, lambda: DflashProposer(drafter, tree=TREE), 3)
+    assert [o.token_ids for o in batch.generate(PROMPTS, params).outputs] == reference

@@ -1,9 +1,10 @@
-"""Choosing a Medusa tree from measured head accuracies (Medusa's own tree search).
+"""Choosing a static tree from measured per-position accuracies (Medusa's own tree search),
+for drafters that rank every drafted position independently (Medusa heads, DFlash blocks).
 
-`rank_accuracy[k][r]` is how often head k's r-th most likely token was the target's, measured
-on held-out data. Treating the heads as independent, a path (r_1, ..., r_d) is accepted with
-probability prod_i rank_accuracy[i][r_i]; a tree's expected tokens per round is 1 (the
-target's own) plus the sum over its paths.
+`rank_accuracy[k][r]` is how often position k's r-th most likely token was the target's,
+measured on held-out data. Treating the positions as independent, a path (r_1, ..., r_d) is
+accepted with probability prod_i rank_accuracy[i][r_i]; a tree's expected tokens per round is 1
+(the target's own) plus the sum over its paths.
 """
 
 from __future__ import annotations
