@@ -1,5 +1,6 @@
-"""Packed rows train like the same samples one per row: every family whose loss reads whole
-samples gives the same summed loss and the same supervised count on both layouts."""
+"""Packed rows train like the same samples one per row: every family gives the same summed loss
+and the same supervised count on both layouts (DFlash with every eligible anchor drawn;
+Medusa-2 through its adapted target)."""
 
 from __future__ import annotations
 
@@ -47,12 +48,46 @@ def _mtp(recipe, target):
     return build_mtp(recipe.mtp, target), MtpLoss
 
 
+def _dflash(recipe, target):
+    from draftzoo.architectures.dflash import build_dflash
+    from draftzoo.train.dflash_loss import DflashLoss
+
+    drafter = build_dflash(recipe.dflash, target)
+    # every eligible position is an anchor on both layouts (the recipe draws more than exist),
+    # so the blocks are the same whatever the draw's seed
+    return drafter, lambda config, target, features: DflashLoss(
+        config, drafter, target, features, 0
+    )
+
+
+def _medusa2(recipe, target):
+    from draftzoo.architectures.lora_adapter import attach_lora
+    from draftzoo.architectures.medusa import build_medusa
+    from draftzoo.train.medusa2_loss import Medusa2Loss
+    from draftzoo.train.medusa2_model import AdaptedTargetHeads
+
+    heads = build_medusa(recipe.medusa, target, "medusa2")
+    model = AdaptedTargetHeads(target, attach_lora(target.model, recipe.lora), heads)
+    with torch.no_grad():  # the adapter and blocks away from their zero init
+        for name, parameter in model.named_parameters():
+            if "lora_B" in name or "blocks." in name:
+                parameter.normal_(0, 0.02)
+    model.eval()  # LoRA dropout off: the two layouts see the same adapter
+    return model, lambda config, target, features: Medusa2Loss(config, model)
+
+
 FAMILIES = {
     "draft_lm": (helpers.tiny_recipe, "distill", _draft_lm),
     "eagle1": (lambda *a: helpers.tiny_eagle_recipe(*a, eagle={"kind": "eagle1"}), "eagle", _eagle),
     "eagle3": (helpers.tiny_eagle_recipe, "eagle", _eagle),
     "medusa1": (helpers.tiny_medusa_recipe, "loss", _medusa),
     "mtp": (lambda *a: helpers.tiny_mtp_recipe(*a, mtp={"depth": 2}), "mtp", _mtp),
+    "dflash": (
+        lambda *a: helpers.tiny_dflash_recipe(*a, dflash={"anchors_per_row": 4096}),
+        "dflash",
+        _dflash,
+    ),
+    "medusa2": (helpers.tiny_medusa2_recipe, "loss", _medusa2),
 }
 
 
