@@ -9,6 +9,7 @@ seeded random moments and run again; what it finished survives and the end is th
 | `regenerate` | 3 times | no torn line survives a rerun; finished rows kept as written |
 | `publish --overwrite` | 3 times | index valid; other entries byte-identical; the entry whole |
 | two `publish` at once | - | both land, the index lists both |
+| `train`, `capture` on a disk that fills | at each tensor write in turn | one error line; only complete checkpoints / checksummed shards; the end equals a straight run |
 
 Kill points are drawn (seeded): the command is killed 1-3 units of progress after it restarted
 (a training step, a shard, a row; for publish, once it has begun building the entry) plus a
@@ -387,3 +388,98 @@ def test_publish_overwrite_of_another_checkpoint_survives_failing_writes(
     else:
         raise AssertionError("the faults never stopped firing")
     assert KILLS[f"publish {kind} failure"] >= 1
+
+
+def _on_full_disk(at: int, args: list[str]) -> tuple[int, dict, list[str]]:
+    """Run `draftzoo args` in a subprocess whose AT-th tensor-file write and every later one
+    fail with ENOSPC (tests/full_disk.py): (exit code, its write tally, its error lines)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.full_disk", str(at), *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **ENV},
+        cwd=Path(__file__).parents[1],
+    )
+    tally = json.loads(proc.stdout.strip().splitlines()[-1])
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("draftzoo: error")]
+    return proc.returncode, tally, errors
+
+
+def _full_disk_train(at: int, recipe: Path, drafter: Path, work: Path) -> dict:
+    """One `train` whose disk fills from the AT-th tensor write: it exits 0 (the disk never
+    filled), or 2 with one error line, having left no drafter folder and only complete
+    checkpoints; its write tally."""
+    from draftzoo.train.checkpoint import CheckpointManager
+
+    code, tally, errors = _on_full_disk(at, ["train", str(recipe)])
+    if not tally["filled"]:
+        assert code == 0, errors
+        return tally
+    assert code == 2 and len(errors) == 1 and "No space left on device" in errors[0], errors
+    assert not drafter.exists(), "a failed export leaves no drafter folder"
+    for checkpoint in CheckpointManager(work / "checkpoints").complete():
+        assert (checkpoint / "model.safetensors").is_file(), checkpoint
+    KILLS["train full disk"] += 1
+    return tally
+
+
+def test_train_on_a_disk_that_fills_fails_in_one_line_and_resumes_to_the_same_weights(
+    testbed_tiny, chat, tmp_path
+):
+    """The disk fills at the 1st, 2nd, ... tensor write of each run in turn, every run resuming
+    from what the last one finished, until one gets through; then, in a second folder, at the
+    export's own write (the last of a run). Each failed run stops with one error line, takes no
+    checkpoint it failed to finish for a complete one and leaves no drafter half-written; both
+    folders end bit-identical to a straight run."""
+    train = {"max_steps": 6, "checkpoint_every": 2, "micro_batch_size": 2, "keep_checkpoints": 2}
+
+    def recipe(name: str) -> Path:
+        made = tiny_recipe(tmp_path / name, testbed_tiny[0], chat, train=train)
+        return recipe_yaml(made, tmp_path / f"{name}.yaml")
+
+    _finish(["train", str(recipe("straight"))])
+    expected = load_file(tmp_path / "straight" / "drafter" / "model.safetensors")
+    chained = recipe("chained")
+    for at in range(1, 100):
+        tally = _full_disk_train(
+            at, chained, tmp_path / "chained" / "drafter", tmp_path / "chained" / "drafter.work"
+        )
+        if not tally["filled"]:
+            break
+    else:
+        raise AssertionError("the disk never stopped filling")
+    assert KILLS["train full disk"] >= 3
+    writes = _full_disk_train(
+        10**9, recipe("probe"), tmp_path / "probe" / "drafter", tmp_path / "probe" / "drafter.work"
+    )["writes"]
+    export = recipe("export")
+    drafter, work = tmp_path / "export" / "drafter", tmp_path / "export" / "drafter.work"
+    assert _full_disk_train(writes, export, drafter, work)["filled"]  # the export's write
+    _finish(["train", str(export)])
+    for folder in ("chained", "probe", "export"):
+        got = load_file(tmp_path / folder / "drafter" / "model.safetensors")
+        assert got.keys() == expected.keys()
+        for key in expected:
+            assert torch.equal(got[key], expected[key]), (folder, key)
+
+
+def test_capture_on_a_disk_that_fills_keeps_only_checksummed_shards(testbed_tiny, chat, tmp_path):
+    """The disk fills at each shard write in turn: one error line each time, every listed shard
+    matches its sha256, and the finished capture equals a straight one."""
+    straight = tmp_path / "straight-shards"
+    _finish(_capture_args(tmp_path / "a", testbed_tiny[0], chat, straight))
+    shards = tmp_path / "full-shards"
+    args = _capture_args(tmp_path / "b", testbed_tiny[0], chat, shards)
+    for at in range(1, 100):
+        code, tally, errors = _on_full_disk(at, args)
+        _valid_shards(shards)
+        if not tally["filled"]:
+            assert code == 0
+            break
+        assert code == 2 and len(errors) == 1 and "No space left on device" in errors[0], errors
+        KILLS["capture full disk"] += 1
+    else:
+        raise AssertionError("the disk never stopped filling")
+    expected, got = _valid_shards(straight), _valid_shards(shards)
+    assert [s["sha256"] for s in got] == [s["sha256"] for s in expected]
+    assert KILLS["capture full disk"] >= 1
