@@ -9,7 +9,7 @@ seeded random moments and run again; what it finished survives and the end is th
 | `regenerate` | 3 times | no torn line survives a rerun; finished rows kept as written |
 | `publish --overwrite` | 3 times | index valid; other entries byte-identical; the entry whole |
 | two `publish` at once | - | both land, the index lists both |
-| `train`, `capture` on a disk that fills | at each tensor write in turn | one error line; only complete checkpoints / checksummed shards; the end equals a straight run |
+| `train`, `capture`, full disk | each tensor write | one error line; the end as a straight run |
 
 Kill points are drawn (seeded): the command is killed 1-3 units of progress after it restarted
 (a training step, a shard, a row; for publish, once it has begun building the entry) plus a
