@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -105,3 +106,12 @@ def pytest_terminal_summary(terminalreporter) -> None:
 
     for line in summary_lines():
         terminalreporter.write_line(line)
+
+
+@pytest.fixture(autouse=True)
+def _pickle_permission_stays_in_its_test(monkeypatch):
+    """`draftzoo --allow-pickle` sets DRAFTZOO_ALLOW_PICKLE for its process (and the workers it
+    launches); in-process CLI tests would otherwise hand the permission to every later test."""
+    from draftzoo.architectures.safe_load import ALLOW_PICKLE_ENV
+
+    monkeypatch.setenv(ALLOW_PICKLE_ENV, os.environ.get(ALLOW_PICKLE_ENV, "0"))
