@@ -18,13 +18,16 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
-
 from .dflash import ARCHITECTURE
-from .peer_import import Imported, PeerFolder, PeerImportError, named_verifier
+from .peer_import import (
+    Imported,
+    PeerFolder,
+    PeerImportError,
+    drop_target_copy,
+    layer_fields,
+    named_verifier,
+)
 
-#: config keys that are not a decoder layer's Qwen3 fields
-NOT_QWEN3 = ("architectures", "model_type", "auto_map", "torch_dtype", "dtype", "draftzoo")
 #: tensors speculators' DFlash keeps for its own training loss only
 TRAINING_ONLY = ("verifier_norm.weight", "verifier_lm_head.weight")
 
@@ -78,8 +81,8 @@ def _imported(peer, target, layout: str, fields: dict, taps: list[int], mask) ->
     if any(t == "sliding_attention" for t in fields.get("layer_types") or []):
         raise PeerImportError(f"{peer.path}: sliding-window layers; draftzoo's DFlash has none")
     tensors = {k: v for k, v in peer.tensors.items() if k not in TRAINING_ONLY}
-    _drop_shared(peer, tensors, "embed_tokens.weight", target.embed_tokens.weight)
-    _drop_shared(peer, tensors, "lm_head.weight", target.lm_head.weight)
+    drop_target_copy(peer, tensors, "embed_tokens.weight", target.embed_tokens.weight)
+    drop_target_copy(peer, tensors, "lm_head.weight", target.lm_head.weight)
     config = _fields(fields, target, taps, int(mask))
     notes = [
         f"dropped {k} (speculators' training loss only)" for k in TRAINING_ONLY if k in peer.keys
@@ -87,47 +90,19 @@ def _imported(peer, target, layout: str, fields: dict, taps: list[int], mask) ->
     return Imported("dflash", layout, config, tensors, taps, named_verifier(peer), tuple(notes))
 
 
-def _drop_shared(peer: PeerFolder, tensors: dict, key: str, own: torch.Tensor) -> None:
-    """Remove a copy of the target's embedding or head after checking it is exactly that."""
-    tensor = tensors.pop(key, None)
-    if tensor is None:
-        return
-    own = own.detach().to("cpu", tensor.dtype)
-    if tensor.shape != own.shape or not torch.equal(tensor, own):
-        raise PeerImportError(
-            f"{peer.path}: its {key} is not the target's; draftzoo's DFlash reads the target's "
-            "own, so this one would draft other tokens"
-        )
-
-
 def _fields(fields: dict[str, Any], target, taps: list[int], mask: int) -> dict[str, Any]:
     """draftzoo's config.json for the peer's Qwen3 layers."""
     from transformers import Qwen3Config
 
-    layer = Qwen3Config(**{k: v for k, v in fields.items() if k not in NOT_QWEN3})
-    hidden = layer.hidden_size
-    if hidden != target.hidden_size:
-        raise PeerImportError(
-            f"the drafter's hidden size {hidden} differs from the target's {target.hidden_size}"
-        )
+    layer, shape = layer_fields(Qwen3Config, fields, target)
     block = fields.get("block_size")
     if not isinstance(block, int) or block < 2:
         raise PeerImportError(f"block_size {block!r} is not a block of at least 2")
-    heads = layer.num_attention_heads
     return {
         "model_type": "qwen3",
-        "hidden_size": hidden,
-        "target_hidden_size": hidden,
-        "intermediate_size": layer.intermediate_size,
-        "num_attention_heads": heads,
-        "num_key_value_heads": layer.num_key_value_heads or heads,
-        "head_dim": getattr(layer, "head_dim", None) or hidden // heads,
+        **shape,
         "num_hidden_layers": layer.num_hidden_layers,
         "num_target_layers": target.num_layers,
-        "hidden_act": layer.hidden_act,
-        "rms_norm_eps": layer.rms_norm_eps,
-        "max_position_embeddings": layer.max_position_embeddings,
-        "rope_parameters": dict(layer.rope_parameters),
         "vocab_size": target.lm_head.weight.shape[0],
         "block_size": block,
         "mask_token_id": mask,

@@ -123,7 +123,8 @@ def import_hf(peer, target):
     target's vocabulary). None when the tensors are not the config's model's."""
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
-    from .peer_import import TOKENIZER_FILES, Imported, PeerImportError, named_verifier
+    from .export import TOKENIZER_FILES
+    from .peer_import import Imported, PeerImportError, named_verifier
 
     config = dict(peer.config)
     if config.get("model_type") not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:

@@ -26,12 +26,17 @@ from typing import Any
 import torch
 
 from .eagle import ARCHITECTURES
-from .peer_import import Imported, PeerFolder, PeerImportError, named_verifier
+from .peer_import import (
+    Imported,
+    PeerFolder,
+    PeerImportError,
+    drop_target_copy,
+    layer_fields,
+    named_verifier,
+)
 
 #: speculators' switches of its EAGLE-3 layer whose True draftzoo's layer does not compute
 SPECULATORS_FALSE = ("norm_before_residual", "norm_before_fc", "fc_norm", "norm_output")
-#: config keys that are not a decoder layer's Llama fields
-NOT_LLAMA = ("architectures", "model_type", "auto_map", "torch_dtype", "dtype", "draftzoo")
 
 
 def import_speculators(peer: PeerFolder, target) -> Imported | None:
@@ -84,7 +89,7 @@ def import_eagle1(peer: PeerFolder, target) -> Imported | None:
             notes.append("dropped layers.0.input_layernorm (unused by EAGLE-1's first layer)")
             continue
         tensors[key.replace("layers.0.", "midlayer.", 1)] = value
-    _drop_target_embedding(peer, tensors, target)
+    drop_target_copy(peer, tensors, "embed_tokens.weight", target.embed_tokens.weight)
     fields = _fields("eagle1", peer.config, target, _vocab(target), "fc.bias" in tensors)
     layers = [target.num_layers]
     config = _config(fields, layers)
@@ -101,7 +106,7 @@ def _eagle3(peer, target, layout: str, llama: dict, tensors: dict, layers: list[
             f"{peer.path}: fc.weight {shape} does not fuse three states of the target's "
             f"hidden size {hidden}"
         )
-    _drop_target_embedding(peer, tensors, target)
+    drop_target_copy(peer, tensors, "embed_tokens.weight", target.embed_tokens.weight)
     vocab = _vocab(target)
     head = tensors.get("lm_head.weight")
     draft_vocab = int(peer.config.get("draft_vocab_size") or (len(head) if head is not None else 0))
@@ -136,46 +141,18 @@ def _default_layers(target) -> list[int]:
     return [2, n // 2, n - 3]
 
 
-def _drop_target_embedding(peer: PeerFolder, tensors: dict, target) -> None:
-    """Remove `embed_tokens.weight` after checking it is the target's own."""
-    embedding = tensors.pop("embed_tokens.weight", None)
-    if embedding is None:
-        return
-    own = target.embed_tokens.weight.detach().to("cpu", embedding.dtype)
-    if embedding.shape != own.shape or not torch.equal(embedding, own):
-        raise PeerImportError(
-            f"{peer.path}: its embed_tokens is not the target's; draftzoo's EAGLE drafters "
-            "read the target's embedding, so this one would draft other tokens"
-        )
-
-
 def _fields(kind: str, llama: dict, target, draft_vocab: int, fc_bias: bool) -> dict[str, Any]:
     """draftzoo's config.json fields for the peer's decoder layer (Llama names)."""
     from transformers import LlamaConfig
 
-    layer = LlamaConfig(**{k: v for k, v in llama.items() if k not in NOT_LLAMA})
-    hidden = layer.hidden_size
-    if hidden != target.hidden_size:
-        raise PeerImportError(
-            f"the drafter's hidden size {hidden} differs from the target's {target.hidden_size}"
-        )
+    layer, shape = layer_fields(LlamaConfig, llama, target)
     if getattr(layer, "attention_bias", False) or getattr(layer, "mlp_bias", False):
         raise PeerImportError("the drafter's layer has biases; draftzoo's EAGLE layer has none")
-    heads = layer.num_attention_heads
     return {
         "model_type": "llama",
         "eagle_kind": kind,
-        "hidden_size": hidden,
-        "target_hidden_size": hidden,
-        "intermediate_size": layer.intermediate_size,
-        "num_attention_heads": heads,
-        "num_key_value_heads": layer.num_key_value_heads or heads,
-        "head_dim": getattr(layer, "head_dim", None) or hidden // heads,
+        **shape,
         "num_hidden_layers": 1,
-        "hidden_act": layer.hidden_act,
-        "rms_norm_eps": layer.rms_norm_eps,
-        "max_position_embeddings": layer.max_position_embeddings,
-        "rope_parameters": dict(layer.rope_parameters),
         "vocab_size": _vocab(target),
         "draft_vocab_size": draft_vocab,
         "num_fused_layers": 1 if kind == "eagle1" else 3,

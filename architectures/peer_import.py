@@ -18,6 +18,7 @@ files' sha256).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import shutil
@@ -38,14 +39,6 @@ from .safe_load import PICKLE_PATTERNS, pickles_allowed
 
 #: files a peer folder's weights may be in, besides the pickles `--allow-pickle` admits
 SAFETENSORS_PATTERN = "*.safetensors"
-#: tokenizer files copied with a draft model (the only family that keeps its own)
-TOKENIZER_FILES = (
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "chat_template.jinja",
-    "generation_config.json",
-)
 
 
 class PeerImportError(DraftzooError, ValueError):
@@ -55,12 +48,19 @@ class PeerImportError(DraftzooError, ValueError):
 
 @dataclass(frozen=True)
 class PeerFolder:
-    """A peer's drafter folder as read: its config.json and every tensor of its weight files."""
+    """A peer's drafter folder: its config.json, its weight files, and their tensors (read on
+    first use: a conversion already in the cache needs none)."""
 
     path: Path
     config: Mapping[str, Any]
-    tensors: Mapping[str, torch.Tensor]
-    files: tuple[str, ...]  # the weight files read, by name
+    files: tuple[str, ...]  # the weight files, by name
+
+    @functools.cached_property
+    def tensors(self) -> dict[str, torch.Tensor]:
+        tensors: dict[str, torch.Tensor] = {}
+        for name in self.files:
+            tensors.update(_read_weights(self.path / name))
+        return tensors
 
     @property
     def keys(self) -> set[str]:
@@ -87,7 +87,7 @@ class Imported:
 
 
 def read_peer_folder(path: Path) -> PeerFolder:
-    """A peer folder's config.json and tensors; pickled weights only when allowed."""
+    """A peer folder's config.json and weight files; pickled weights only when allowed."""
     path = Path(path)
     if not path.is_dir():
         raise PeerImportError(f"{path} is not a folder")
@@ -110,10 +110,7 @@ def read_peer_folder(path: Path) -> PeerFolder:
             f"{path} holds its weights only as pickles ({names}), which can run code when "
             "read; pass draftzoo --allow-pickle for files you trust"
         )
-    tensors: dict[str, torch.Tensor] = {}
-    for file in files:
-        tensors.update(_read_weights(file))
-    return PeerFolder(path, config, tensors, tuple(p.name for p in files))
+    return PeerFolder(path, config, tuple(p.name for p in files))
 
 
 def _read_weights(file: Path) -> dict[str, torch.Tensor]:
@@ -131,6 +128,50 @@ def _read_weights(file: Path) -> dict[str, torch.Tensor]:
     ):
         raise PeerImportError(f"{file} is not a mapping of names to tensors")
     return dict(loaded)
+
+
+#: config keys that describe the file, not the peer's decoder layer
+NOT_LAYER_FIELDS = ("architectures", "model_type", "auto_map", "torch_dtype", "dtype", "draftzoo")
+
+
+def layer_fields(config_class: type, fields: dict[str, Any], target) -> tuple[Any, dict[str, Any]]:
+    """The peer's decoder layer read by a transformers config class, and the shape fields every
+    drafter's config.json carries; a hidden size other than the target's is refused (the
+    drafters here fuse the target's states at its own width)."""
+    layer = config_class(**{k: v for k, v in fields.items() if k not in NOT_LAYER_FIELDS})
+    hidden = layer.hidden_size
+    if hidden != target.hidden_size:
+        raise PeerImportError(
+            f"the drafter's hidden size {hidden} differs from the target's {target.hidden_size}"
+        )
+    heads = layer.num_attention_heads
+    return layer, {
+        "hidden_size": hidden,
+        "target_hidden_size": hidden,
+        "intermediate_size": layer.intermediate_size,
+        "num_attention_heads": heads,
+        "num_key_value_heads": layer.num_key_value_heads or heads,
+        "head_dim": getattr(layer, "head_dim", None) or hidden // heads,
+        "hidden_act": layer.hidden_act,
+        "rms_norm_eps": layer.rms_norm_eps,
+        "max_position_embeddings": layer.max_position_embeddings,
+        "rope_parameters": dict(layer.rope_parameters),
+    }
+
+
+def drop_target_copy(peer: PeerFolder, tensors: dict, key: str, own: torch.Tensor) -> None:
+    """Remove a peer's copy of the target's embedding or head (`key`) after checking it is
+    exactly the target's own: draftzoo's drafters read the target's, so another one would
+    draft other tokens and is refused."""
+    tensor = tensors.pop(key, None)
+    if tensor is None:
+        return
+    own = own.detach().to("cpu", tensor.dtype)
+    if tensor.shape != own.shape or not torch.equal(tensor, own):
+        raise PeerImportError(
+            f"{peer.path}: its {key.removesuffix('.weight')} is not the target's; draftzoo's "
+            "drafters read the target's own, so this one would draft other tokens"
+        )
 
 
 def is_peer_folder(path: Path) -> bool:
@@ -161,8 +202,7 @@ def same_model(named: str, target: str) -> bool:
     a, b = Path(_located(named)).expanduser(), Path(_located(target)).expanduser()
     if a.exists() and b.exists():
         return a.resolve() == b.resolve()
-    tail = lambda p: "/".join(p.parts[-2:])  # noqa: E731  (org/name)
-    return tail(a) == tail(b) or (len(a.parts) == 1 and a.name == b.name)
+    return a.parts[-2:] == b.parts[-2:] or (len(a.parts) == 1 and a.name == b.name)
 
 
 def _located(name: str) -> str:
@@ -210,7 +250,10 @@ def source_digest(peer: PeerFolder) -> str:
     for name in ("config.json", *peer.files):
         file = peer.path / name
         if file.is_file():
-            digest.update(name.encode() + b"\0" + file.read_bytes())
+            digest.update(name.encode() + b"\0")
+            with file.open("rb") as handle:
+                for block in iter(lambda: handle.read(1 << 20), b""):
+                    digest.update(block)
     return digest.hexdigest()
 
 

@@ -67,19 +67,21 @@ def rank_accuracy(drafter, adapter: TargetAdapter, tokens: int = 128) -> list[li
 
 
 def _slot_ranks(drafter, seq, states, anchors: list[int]) -> torch.Tensor:
-    """[anchors, slots]: the rank of the true token among each drafted slot's logits."""
-    block, s, n = drafter.block_size, seq.shape[1], len(anchors)
-    allowed = torch.zeros(1, 1, n * block, s + n * block, dtype=torch.bool)
-    for j, anchor in enumerate(anchors):
-        rows = slice(j * block, (j + 1) * block)
-        allowed[0, 0, rows, :anchor] = True  # the context before the anchor
-        allowed[0, 0, rows, s + j * block : s + (j + 1) * block] = True  # its own block
-    starts = torch.tensor(anchors)
-    ids = drafter.block_inputs(seq[0, starts]).reshape(1, -1)
-    positions = (starts[:, None] + torch.arange(block)).reshape(1, -1)
-    hidden = drafter(states, torch.arange(s)[None], ids, positions, allowed)
-    logits = drafter.logits(hidden).float().view(n, block, -1)[:, 1:]  # drafted slots
-    truth = seq[0, starts[:, None] + torch.arange(1, block)]  # [n, slots]
+    """[anchors, slots]: the rank of the true token among each drafted slot's logits, every
+    block's inputs and mask built by the training code (train/dflash_loss.py)."""
+    from draftzoo.data.batching import collate
+    from draftzoo.train.dflash_loss import block_attention, block_inputs
+
+    ids, block = seq[0].tolist(), drafter.block_size
+    batch = collate(
+        [{"input_ids": ids, "loss_mask": [1] * len(ids), "lengths": [len(ids)], "index": 0}], 0
+    )
+    starts = torch.tensor(anchors)[None]
+    block_ids, positions = block_inputs(drafter, batch, starts)
+    mask = block_attention(batch, starts, torch.ones_like(starts, dtype=torch.bool), block)
+    hidden = drafter(states, batch.position_ids, block_ids, positions, mask)
+    logits = drafter.logits(hidden).float().view(len(anchors), block, -1)[:, 1:]  # drafted slots
+    truth = seq[0, starts[0, :, None] + torch.arange(1, block)]  # [n, slots]
     own = logits.gather(-1, truth[..., None])
     return (logits > own).sum(-1)
 

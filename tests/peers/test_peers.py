@@ -297,25 +297,38 @@ def _dflash_drafter(target: TargetAdapter, folder: Path) -> Path:
     return save_drafter(drafter, folder, "dflash", fingerprint, recipe, "none", [2, 6, 9])
 
 
-def _dflash_inputs(target: TargetAdapter, anchors: list[int], block: int):
-    """(the clients' inputs, draftzoo's mask): real testbed states at the taps; block j sees
-    the positions before its anchor and its own block, as speculators' anchor-block mask."""
+#: DFlash blocks the clients and draftzoo compute: anchors (increasing) and the block size
+ANCHORS, BLOCK = [5, 20, 41, 77, 100], 4
+
+
+def _dflash_inputs(target: TargetAdapter) -> dict[str, torch.Tensor]:
+    """The clients' inputs: real testbed states at the taps, the tokens, the anchors."""
     seq = _real_inputs(target, [2, 6, 9, target.num_layers])
     hidden = target.hidden_size
     states, final = seq["states"][..., : 3 * hidden], seq["states"][..., 3 * hidden :]
-    n, s = len(anchors), seq["seq"].shape[1]
-    allowed = torch.zeros(1, 1, n * block, s + n * block, dtype=torch.bool)
-    for j, anchor in enumerate(anchors):
-        rows = slice(j * block, (j + 1) * block)
-        allowed[0, 0, rows, :anchor] = True
-        allowed[0, 0, rows, s + j * block : s + (j + 1) * block] = True
-    tensors = {
+    return {
         "states": states.float().contiguous(),
         "ids": seq["seq"],
-        "anchors": torch.tensor(anchors),
+        "anchors": torch.tensor(ANCHORS),
         "final": final.float().contiguous(),
     }
-    return tensors, allowed
+
+
+def _dflash_logits(drafter, tensors: dict[str, torch.Tensor]) -> torch.Tensor:
+    """draftzoo's logits [1, 1, n*B, V] at every slot of the anchors' blocks, with the blocks'
+    inputs and mask built by its training code (train/dflash_loss.py) over the same row."""
+    from draftzoo.data.batching import collate
+    from draftzoo.train.dflash_loss import block_attention, block_inputs
+
+    ids = tensors["ids"][0].tolist()
+    row = {"input_ids": ids, "loss_mask": [1] * len(ids), "lengths": [len(ids)], "index": 0}
+    batch = collate([row], 0)
+    anchors = tensors["anchors"][None]
+    block_ids, positions = block_inputs(drafter, batch, anchors)
+    mask = block_attention(batch, anchors, torch.ones_like(anchors, dtype=torch.bool), BLOCK)
+    with torch.no_grad():
+        hidden = drafter(tensors["states"], batch.position_ids, block_ids, positions, mask)
+        return drafter.logits(hidden)[None]
 
 
 def test_speculators_loads_the_dflash_export_and_drafts_the_same(target, elsewhere, tmp_path):
@@ -326,22 +339,15 @@ def test_speculators_loads_the_dflash_export_and_drafts_the_same(target, elsewhe
 
     folder = _dflash_drafter(target, tmp_path / "dflash")
     export = export_drafter(folder, tmp_path / "speculators", "speculators")
-    anchors, block = [5, 20, 41, 77, 100], 4
-    tensors, allowed = _dflash_inputs(target, anchors, block)
+    tensors = _dflash_inputs(target)
     file, out = tmp_path / "in.safetensors", tmp_path / "out.safetensors"
     save_file(tensors, str(file))
     info = run_client(
         "speculators", "speculators_dflash.py", str(export), str(file), str(out), cwd=elsewhere
     )
-    assert info["class"] == "DFlashDraftModel" and info["block_starts"] == anchors
+    assert info["class"] == "DFlashDraftModel" and info["block_starts"] == ANCHORS
     assert info["layer_ids"] == [2, 6, 9]
-    drafter = load_dflash(folder, target)
-    s = tensors["ids"].shape[1]
-    ids = drafter.block_inputs(tensors["ids"][0, anchors]).reshape(1, -1)
-    positions = (torch.tensor(anchors)[:, None] + torch.arange(block)).reshape(1, -1)
-    with torch.no_grad():
-        hidden = drafter(tensors["states"], torch.arange(s)[None], ids, positions, allowed)
-        ours = drafter.logits(hidden)[None]
+    ours = _dflash_logits(load_dflash(folder, target), tensors)
     got = load_file(out)
     assert torch.equal(got["embed_tokens"], input_embedding(committed_testbed_dir()).float())
     row = ("DFlash", "`speculators`", "export -> peer", info["peer"], "real")
@@ -361,27 +367,15 @@ def test_a_dflash_drafter_speculators_saved_imports_and_drafts_what_it_computes(
     export = export_drafter(folder, tmp_path / "speculators", "speculators")
     saved = tmp_path / "saved"
     run_client("speculators", "speculators_save.py", str(export), str(saved), "1", cwd=elsewhere)
-    anchors, block = [5, 20, 41, 77, 100], 4
-    tensors, allowed = _dflash_inputs(target, anchors, block)
+    tensors = _dflash_inputs(target)
     file, out = tmp_path / "in.safetensors", tmp_path / "out.safetensors"
     save_file(tensors, str(file))
     args = [str(saved), str(file), str(out)]
     info = run_client("speculators", "speculators_dflash.py", *args, cwd=elsewhere)
     imported = import_drafter(saved, tmp_path / "imported", str(committed_testbed_dir().resolve()))
-    drafter = load_dflash(imported, target)
-    s = tensors["ids"].shape[1]
-    ids = drafter.block_inputs(tensors["ids"][0, anchors]).reshape(1, -1)
-    positions = (torch.tensor(anchors)[:, None] + torch.arange(block)).reshape(1, -1)
-    with torch.no_grad():
-        hidden = drafter(tensors["states"], torch.arange(s)[None], ids, positions, allowed)
-        ours = drafter.logits(hidden)[None]
+    ours = _dflash_logits(load_dflash(imported, target), tensors)
     layout = read_drafter_record(imported)["imported"]["layout"]
-    _assert_same_logits(
-        load_file(out)["logits"], ours, ("DFlash", layout, "peer -> import", info["peer"], "real")
-    )
-    shipped = load_dflash(folder, target)
-    with torch.no_grad():
-        before = shipped.logits(
-            shipped(tensors["states"], torch.arange(s)[None], ids, positions, allowed)
-        )
-    assert (before - ours[0]).abs().max() > 1e-2  # the peer's weights, not the exported ones
+    row = ("DFlash", layout, "peer -> import", info["peer"], "real")
+    _assert_same_logits(load_file(out)["logits"], ours, row)
+    before = _dflash_logits(load_dflash(folder, target), tensors)
+    assert (before - ours).abs().max() > 1e-2  # the peer's weights, not the exported ones
