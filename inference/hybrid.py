@@ -88,7 +88,7 @@ def merge(proposal: Proposal, found: Speculation) -> tuple[Proposal, list[bool]]
     if probs is not None:
         added = len(tokens) - len(proposal)
         one_hot = probs.new_zeros(added, probs.shape[-1])
-        one_hot[torch.arange(added), torch.tensor(tokens[len(proposal) :])] = 1
+        one_hot[torch.arange(added), torch.tensor(tokens[len(proposal) :], dtype=torch.long)] = 1
         probs = torch.cat([probs, one_hot])
     return Proposal(tokens, parents, probs), from_drafter
 

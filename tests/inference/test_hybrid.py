@@ -37,6 +37,10 @@ def test_merge_follows_shared_prefixes_and_appends_one_hot_branches():
     assert merged.draft_probs[3].tolist() == [0, 0, 0, 0, 0, 1.0]
     assert merged.draft_probs[4].argmax() == 1 and merged.draft_probs[4].sum() == 1
     assert accepted_nodes(merged, [2, 5, 1, 0]) == [0, 3, 4]
+    # a suffix branch the drafter already proposed adds no node (sampling: no one-hot row)
+    merged, mine = merge(drafter, Speculation([2, 3], [-1, 0], 2.0, 2))
+    assert merged.tokens == [2, 3, 4] and mine == [True] * 3
+    assert torch.equal(merged.draft_probs, q)
 
 
 def test_greedy_output_equals_target_only_and_the_rule_uses_each_choice(
