@@ -53,6 +53,7 @@ FAMILY_SPECS = (
         ),
         export_needs_target=True,
         card_notes="draftzoo.architectures.mtp_export:card_notes",
+        importers={"speculators": "draftzoo.architectures.mtp_import:import_speculators"},
     ),
 )
 ARCHITECTURE = "DraftzooMtp"

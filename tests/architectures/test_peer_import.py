@@ -208,3 +208,53 @@ def test_a_dflash_export_imports_back_to_the_same_drafter(tmp_path, fmt):
     original = json.loads((folder / "config.json").read_text())
     assert json.loads((out / "config.json").read_text()) == original
     assert read_drafter_record(out)["hidden_state_layers"] == taps
+
+
+def _speculators_mtp_folder(folder: Path, model_type: str = "llama", **replaced) -> Path:
+    """The shipped MTP drafter in speculators' `MTPDraftModel` names and config (what its
+    `save_pretrained` writes; speculators itself builds Qwen3-family layers only, so the test
+    of its own writer is in tests/peers)."""
+    from draftzoo.architectures.mtp_import import PIECES
+
+    shipped, _ = resolve_drafter("mtp-testbed-small")
+    ours = {value: key for key, value in PIECES.items()}
+    tensors = {}
+    for key, tensor in load_file(shipped / "model.safetensors").items():
+        rest = key.removeprefix("layers.0.")
+        piece, _, tail = rest.partition(".")
+        name = f"{ours[piece]}.{tail}" if piece in ours else rest.removeprefix("mtp_block.")
+        tensors[f"mtp_layers.0.{name}"] = tensor
+    tensors.update(replaced)
+    folder.mkdir()
+    save_file(tensors, str(folder / "model.safetensors"))
+    config = {
+        "speculators_model_type": "mtp",
+        "architectures": ["MTPDraftModel"],
+        "num_nextn_predict_layers": 1,
+        "transformer_layer_config": {"model_type": model_type},
+    }
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+def test_an_mtp_drafter_in_speculators_layout_imports_to_the_same_tensors(tmp_path, capsys):
+    shipped, _ = resolve_drafter("mtp-testbed-small")
+    out = import_drafter(_speculators_mtp_folder(tmp_path / "mtp"), tmp_path / "back", TESTBED)
+    mine, back = load_file(shipped / "model.safetensors"), load_file(out / "model.safetensors")
+    assert set(back) == set(mine) and all(torch.equal(back[k], mine[k]) for k in mine)
+    config = json.loads((out / "config.json").read_text())
+    assert config["mtp_hand_over"] == "normed" and config["num_nextn_predict_layers"] == 1
+    assert read_drafter_record(out)["imported"]["layout"] == "speculators MTPDraftModel"
+    bad = {
+        "qwen": (_speculators_mtp_folder(tmp_path / "qwen", "qwen3"), "a 'qwen3' layer"),
+        "shape": (
+            _speculators_mtp_folder(
+                tmp_path / "shape", **{"mtp_layers.0.input_proj.weight": torch.zeros(256, 100)}
+            ),
+            "input_proj",
+        ),
+    }
+    for folder, said in bad.values():
+        argv = ["import", str(folder), "--output-dir", str(tmp_path / "x"), "--target", TESTBED]
+        _assert_one_error_line(argv, capsys, said, str(folder))
+        assert not (tmp_path / "x").exists()

@@ -379,3 +379,58 @@ def test_a_dflash_drafter_speculators_saved_imports_and_drafts_what_it_computes(
     _assert_same_logits(load_file(out)["logits"], ours, row)
     before = _dflash_logits(load_dflash(folder, target), tensors)
     assert (before - ours).abs().max() > 1e-2  # the peer's weights, not the exported ones
+
+
+#: MTP draft steps compared (the module runs on its own output from the second on)
+MTP_STEPS = 3
+
+
+def _qwen3_target(folder: Path) -> TargetAdapter:
+    """A tiny Qwen3 causal LM (speculators' MTP builds Qwen3-family layers only) with the
+    testbed's tokenizer, saved where speculators reads its verifier."""
+    from tests.conftest import tiny_causal_lm
+
+    model = tiny_causal_lm("qwen3", vocab_size=8192)
+    model.save_pretrained(folder)
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+        shutil.copy(committed_testbed_dir() / name, folder / name)
+    return TargetAdapter.from_pretrained(folder)
+
+
+def _mtp_logits(drafter, ids: torch.Tensor, final: torch.Tensor, steps: int) -> torch.Tensor:
+    """draftzoo's teacher-forced logits per step [steps, 1, s - steps - 1, V]: module 0 on the
+    target's final states, then on its own hand-over (drafting past its depth)."""
+    s = ids.shape[1]
+    positions = torch.arange(s)[None]
+    allowed = torch.ones(s, s, dtype=torch.bool).tril()[None, None]
+    previous, logits = final, []
+    with torch.no_grad():
+        for k in range(steps):
+            previous = drafter.module(0, shift(ids, k + 1), previous, positions + k, allowed)
+            logits.append(drafter.logits(previous, 0)[:, : s - steps - 1].float())
+    return torch.stack(logits)
+
+
+def test_an_mtp_drafter_speculators_saved_imports_and_drafts_what_it_computes(elsewhere, tmp_path):
+    """speculators builds and saves an MTP drafter for a Qwen3 verifier with its own code;
+    imported, draftzoo's MTP module drafts its logits at every step."""
+    from draftzoo.architectures.mtp import load_mtp
+    from draftzoo.inference.peer_import import import_drafter
+
+    verifier = tmp_path / "qwen3"
+    target = _qwen3_target(verifier)
+    generator = torch.Generator().manual_seed(1)
+    ids = torch.randint(0, 8192, (1, 48), generator=generator)
+    with torch.no_grad():
+        final = target(ids, hidden_indices=[target.num_layers], compute_logits=False)
+    final = final.hidden_states[target.num_layers].float().contiguous()
+    file, out, saved = tmp_path / "in.safetensors", tmp_path / "out.safetensors", tmp_path / "mtp"
+    save_file({"ids": ids, "states": final}, str(file))
+    args = [str(verifier), str(saved), str(file), str(out), "2", str(MTP_STEPS)]
+    info = run_client("speculators", "speculators_mtp.py", *args, cwd=elsewhere)
+    imported = import_drafter(saved, tmp_path / "imported", str(verifier))
+    record_ = read_drafter_record(imported)
+    assert record_["family"] == "mtp" and record_["imported"]["layout"].endswith("MTPDraftModel")
+    ours = _mtp_logits(load_mtp(imported, target), ids, final, MTP_STEPS)
+    row = ("MTP", "speculators MTPDraftModel", "peer -> import", info["peer"], "random")
+    _assert_same_logits(load_file(out)["logits"], ours, row)
