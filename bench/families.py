@@ -139,8 +139,8 @@ PROFILES = {profile.target: profile for profile in (TESTBED, SMOLLM2)}
 PROFILE = TESTBED  # the one this run measures (main() sets it from --target)
 FAMILIES = TESTBED.families
 #: families that draft trees as well as chains (rows for both, and a hybrid row)
-TREES = ("eagle1", "eagle3", "medusa1", "medusa2")
-#: DFlash drafts a block of 8: its chain is the block's 7 tokens
+TREES = ("eagle1", "eagle3", "medusa1", "medusa2", "dflash")
+#: DFlash drafts a block of 8: its chain is the block's 7 tokens (its tree: the default one)
 CHAIN_LENGTH = {"dflash": 7}
 
 
