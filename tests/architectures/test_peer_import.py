@@ -186,7 +186,8 @@ def test_bad_peer_folders_are_refused_in_one_line_writing_nothing(
 
 @pytest.mark.parametrize("fmt", ["vllm", "speculators"])
 def test_a_dflash_export_imports_back_to_the_same_drafter(tmp_path, fmt):
-    """No DFlash drafter ships; a seeded one for testbed-small, both its layouts."""
+    """A seeded DFlash drafter for testbed-small (other shapes than the shipped one), both
+    its layouts."""
     from draftzoo.architectures.defaults import committed_target_dir
     from draftzoo.architectures.dflash import DflashConfig, build_dflash
     from draftzoo.architectures.drafter_io import save_drafter
