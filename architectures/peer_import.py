@@ -232,8 +232,10 @@ def recognise(peer: PeerFolder, target) -> Imported:
             for s in family_specs().values()
             if s.importers
         ]
+        kind = peer.config.get("speculators_model_type")
+        said = f"speculators_model_type {kind!r}, " if kind else ""
         raise PeerImportError(
-            f"{peer.path} is in no layout draftzoo imports (config architectures "
+            f"{peer.path} is in no layout draftzoo imports ({said}config architectures "
             f"{peer.architectures() or 'none'}, {len(peer.tensors)} tensors); it reads: "
             + "; ".join(known)
         )

@@ -142,6 +142,11 @@ def _bad_inputs(exports, tmp):
             [TESTBED],
             "--allow-pickle",
         ),
+        "speculators kind without a family": (
+            _copy(speculators, tmp / "peagle", config={"speculators_model_type": "peagle"}),
+            [TESTBED],
+            "speculators_model_type 'peagle'",
+        ),
         "unknown layout": (
             _copy(sglang, tmp / "unknown", drop=("fc.weight",), tensors={"x": torch.zeros(2)}),
             [TESTBED],
