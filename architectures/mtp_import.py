@@ -29,6 +29,7 @@ PIECES = {
     "input_proj": "eh_proj",
     "final_layernorm": "post_norm",
 }
+THEIRS = {ours: theirs for theirs, ours in PIECES.items()}
 PREFIX = "mtp_layers.0."
 TRAINING_ONLY = ("verifier_lm_head.weight",)
 
@@ -91,9 +92,8 @@ def _their_name(ours: str) -> str:
     """speculators' name of draftzoo's module tensor `ours` (for messages)."""
     rest = ours.removeprefix("layers.0.")
     piece, _, tail = rest.partition(".")
-    theirs = {value: key for key, value in PIECES.items()}
-    if piece in theirs:
-        return f"{PREFIX}{theirs[piece]}.{tail}"
+    if piece in THEIRS:
+        return f"{PREFIX}{THEIRS[piece]}.{tail}"
     return PREFIX + rest.removeprefix("mtp_block.")
 
 
