@@ -53,6 +53,7 @@ def test_other_processes_cpu_time_marks_a_measurement_unreliable(real_bounds, bu
 def test_an_eval_beside_burners_is_marked_and_publish_refuses_it(
     real_bounds, burners, tiny_drafters, tiny_target_model, tmp_path
 ):
+    from draftzoo.demo import _side_by_side
     from draftzoo.eval.leaderboard import render, row_from_report
     from draftzoo.eval.publish import PublishError, publish
     from draftzoo.eval.runner import EvalConfig, evaluate, summary_text, write_report
@@ -69,6 +70,11 @@ def test_an_eval_beside_burners_is_marked_and_publish_refuses_it(
     assert not timing["reliable"] and timing["other_share"] > machine_load.MAX_OTHER_SHARE
     assert report["results"][0]["greedy_identity"]["identical"] == 2  # the clock only
     assert "Speedups UNRELIABLE: other processes used" in summary_text(report)
+    demo_lines = _side_by_side({"busy": report})  # what `draftzoo demo` prints
+    assert " busy " in demo_lines and f"{report['results'][0]['speedup']['mean']:.2f}x" not in (
+        demo_lines
+    )
+    assert "busy: Speedups UNRELIABLE: other processes used" in demo_lines
     report_path = write_report(report, tmp_path / "eval")
     zoo = tmp_path / "zoo"
     with pytest.raises(PublishError, match="--allow-unreliable-timing"):
