@@ -25,7 +25,7 @@ import platform
 import resource
 import statistics
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, fields, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -317,6 +317,7 @@ class Evaluation:
         for temperature in self.config.temperatures:
             for batch_size in self.config.batch_sizes:
                 repeats = []
+                rounds = _hybrid_rounds(self.speculative.proposer)
                 for repeat in range(self.config.repeats):
                     self.drafter.begin_pass()
                     if batch_size == 1:
@@ -325,7 +326,11 @@ class Evaluation:
                         repeats.append(
                             self._batched(texts, batch_size, temperature, repeat, progress)
                         )
-                results.append(self._summarize(prompts, repeats, temperature, batch_size))
+                result = self._summarize(prompts, repeats, temperature, batch_size)
+                rounds = _hybrid_rounds(self.speculative.proposer) - rounds
+                if batch_size == 1 and rounds:
+                    result["hybrid_rounds"] = {k: rounds[k] for k in sorted(rounds)}
+                results.append(result)
         return results
 
     def _batch_one(self, texts, temperature, repeat, progress) -> dict[str, Any]:
@@ -457,6 +462,12 @@ class Evaluation:
                 "reference": "target-only at the same batch size",
             }
         return result
+
+
+def _hybrid_rounds(proposer) -> Counter:
+    """A hybrid proposer's rounds so far by the rule's choice (every decode, the warm-up
+    prompt's included); empty for other proposers."""
+    return Counter(getattr(proposer, "choices", None) or {})
 
 
 def _by_category(prompts, categories: dict[str, dict[str, _Run]]) -> dict[str, dict]:

@@ -1,18 +1,22 @@
 """Hybrid proposals: a trained drafter's tree and suffix decoding's branches, verified together.
 
-Each round suffix decoding speculates first (cheap: a few dictionary walks). Then one rule,
-from its score and what the drafter measurably delivers, picks what is verified:
+Each round suffix decoding speculates first (cheap: a few dictionary walks). Its score is the
+suffix proposal's expected accepted tokens under the counts; the rule calibrates it by what
+such rounds measurably delivered, then picks what is verified:
 
-- **suffix alone** when the suffix proposal's score (its expected accepted tokens under the
-  counts) reaches `alone_margin` x the drafter's measured accepted tokens per round: the
-  drafter's forward is skipped (its pending target states wait for the next round it drafts);
-- **both** when the suffix proposal scores at least `min_score`: the drafter's chain or tree
+- **suffix alone** when the calibrated score reaches `alone_margin` x the drafter's measured
+  accepted tokens per round: the drafter's forward is skipped (its pending target states wait
+  for the next round it drafts);
+- **both** when the calibrated score is at least `min_score`: the drafter's chain or tree
   with the suffix branches merged in: a suffix node whose parent already has a child of the
   same token follows that child, the others are appended after the drafter's own children;
 - **the drafter alone** otherwise (its proposal untouched, on the device where it drafted).
 
-The drafter's accepted tokens per round are measured from the next round's context (which
-nodes the committed tokens followed), an exponential average over the rounds it drafted.
+Every measurement is read from the next round's context (which nodes the committed tokens
+followed) and kept per sampling temperature (counts overstate what a sampled target accepts):
+the drafter's accepted nodes per round it drafted, and for each of "suffix alone" and "both"
+the suffix nodes accepted against the scores promised (exponential averages; a score is
+taken as it is until its kind of round has been measured).
 
 Lossless: suffix nodes are deterministic (q one-hot) and come after the drafter's siblings, so
 recursive rejection at every node tests each child against the distribution it was drawn
@@ -44,7 +48,7 @@ class HybridSettings:
     #: suffix alone when its score >= alone_margin x the drafter's accepted tokens per round
     alone_margin: float = 1.0
     min_score: float = 0.5  # suffix branches join the drafter's from this score on
-    decay: float = 0.8  # weight of the past in the drafter's measured accepted tokens
+    decay: float = 0.8  # weight of the past in every measured average
 
     def __post_init__(self) -> None:
         if self.alone_margin <= 0:
@@ -56,12 +60,45 @@ class HybridSettings:
 
 
 @dataclass
+class Delivery:
+    """Exponential averages of what one kind of round delivered and what it promised."""
+
+    delivered: float | None = None
+    promised: float | None = None
+
+    def add(self, delivered: float, promised: float, decay: float) -> None:
+        if self.delivered is None or self.promised is None:
+            self.delivered, self.promised = delivered, promised
+            return
+        self.delivered = decay * self.delivered + (1 - decay) * delivered
+        self.promised = decay * self.promised + (1 - decay) * promised
+
+    def calibrate(self, score: float) -> float:
+        """`score` scaled by delivered / promised (unchanged before any measured round)."""
+        if not self.promised:
+            return score
+        return score * self.delivered / self.promised
+
+
+@dataclass
+class Calibration:
+    """What each kind of round delivered at one sampling temperature."""
+
+    drafter: Delivery = field(default_factory=Delivery)  # accepted drafter nodes a round (of 1)
+    alone: Delivery = field(default_factory=Delivery)  # suffix-alone rounds: accepted / score
+    both: Delivery = field(default_factory=Delivery)  # the suffix nodes of "both" rounds
+
+
+@dataclass
 class _Round:
-    """What was proposed, to measure what the drafter's nodes delivered."""
+    """What was proposed, to measure what each kind of node delivered."""
 
     context_length: int
     proposal: Proposal
     from_drafter: list[bool] | None  # per node; None: every node is the drafter's
+    choice: str  # one of CHOICES
+    calibration: Calibration
+    score: float = 0.0  # the suffix proposal's score (0 when it had none)
 
 
 def merge(proposal: Proposal, found: Speculation) -> tuple[Proposal, list[bool]]:
@@ -119,11 +156,12 @@ class HybridProposer(Proposer):
         self.suffix = SuffixProposer(self.settings.suffix, cache)
         self.target_layers = drafter.target_layers
         self.choices: Counter[str] = Counter()  # rounds by the rule's choice (all requests)
-        self.drafter_accepted: float | None = None  # measured accepted drafter tokens a round
+        #: {sampling temperature: what each kind of round delivered there}, kept across requests
+        self.calibrations: dict[float, Calibration] = {}
         self.reset()
 
     def reset(self) -> None:
-        """A new request for both proposers (the drafter's measured yield is kept)."""
+        """A new request for both proposers (the measured calibrations are kept)."""
         self.drafter.reset()
         self.suffix.reset()
         self._last: _Round | None = None
@@ -139,19 +177,23 @@ class HybridProposer(Proposer):
         self.suffix.finish(token_ids)
 
     def _measure(self, context: list[int]) -> None:
-        """The drafter's accepted nodes in the last round it drafted."""
+        """What the last round's drafter and suffix nodes delivered, into its calibration."""
         last, self._last = self._last, None
         if last is None:
             return
-        committed = len(context) - last.context_length - 1  # the last one is the target's
+        committed = context[last.context_length :][:-1]  # the last token is the target's
+        if last.choice == "suffix":
+            last.calibration.alone.add(len(committed), last.score, self.settings.decay)
+            return
         if last.from_drafter is None:  # every node the drafter's: no walk (nor host read)
-            count = committed
+            mine, theirs = len(committed), 0
         else:
-            path = accepted_nodes(last.proposal, context[last.context_length :])
-            count = sum(1 for node in path if last.from_drafter[node])
-        decay = self.settings.decay
-        previous = count if self.drafter_accepted is None else self.drafter_accepted
-        self.drafter_accepted = decay * previous + (1 - decay) * count
+            path = accepted_nodes(last.proposal, committed)
+            mine = sum(1 for node in path if last.from_drafter[node])
+            theirs = len(path) - mine
+        last.calibration.drafter.add(mine, 1.0, self.settings.decay)
+        if last.choice == "both":
+            last.calibration.both.add(theirs, last.score, self.settings.decay)
 
     @torch.no_grad()
     def propose(
@@ -167,17 +209,22 @@ class HybridProposer(Proposer):
             return Proposal.chain([])
         found = self.suffix.speculation(context, max_tokens)
         settings = self.settings
-        expected = self.drafter_accepted
-        alone = expected is not None and found is not None
-        if alone and found.score >= settings.alone_margin * expected:
+        calibration = self.calibrations.setdefault(params.temperature, Calibration())
+        expected = calibration.drafter.delivered
+        alone = found is not None and expected is not None
+        if alone and calibration.alone.calibrate(found.score) >= settings.alone_margin * expected:
             self.choices["suffix"] += 1
-            return Proposal(found.tokens, found.parents)
+            proposal = Proposal(found.tokens, found.parents)
+            suffix_only = [False] * len(proposal)
+            self._last = _Round(len(context), proposal, suffix_only, "suffix", calibration)
+            self._last.score = found.score
+            return proposal
         proposal = self.drafter.propose(context, max_tokens, params, generator)
-        if found is None or found.score < settings.min_score:
+        if found is None or calibration.both.calibrate(found.score) < settings.min_score:
             self.choices["drafter"] += 1
-            self._last = _Round(len(context), proposal, None)
+            self._last = _Round(len(context), proposal, None, "drafter", calibration)
             return proposal
         self.choices["both"] += 1
         merged, from_drafter = merge(proposal, found)
-        self._last = _Round(len(context), merged, from_drafter)
+        self._last = _Round(len(context), merged, from_drafter, "both", calibration, found.score)
         return merged

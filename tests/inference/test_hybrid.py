@@ -8,7 +8,14 @@ import pytest
 import torch
 
 from draftzoo.inference.generate import SpeculativeGenerator
-from draftzoo.inference.hybrid import HybridProposer, HybridSettings, accepted_nodes, merge
+from draftzoo.inference.hybrid import (
+    Calibration,
+    Delivery,
+    HybridProposer,
+    HybridSettings,
+    accepted_nodes,
+    merge,
+)
 from draftzoo.inference.load import load_drafter
 from draftzoo.inference.proposers import PromptLookupProposer, ProposerError
 from draftzoo.inference.sampling import SamplingParams
@@ -66,6 +73,45 @@ def test_greedy_output_equals_target_only_and_the_rule_uses_each_choice(
     generator = SpeculativeGenerator(model, tokenizer, both, runtime.num_speculative_tokens)
     assert [generator.generate(p, params).token_ids for p in PROMPTS] == reference
     assert both.choices["both"] > 0 and "suffix" not in both.choices
+
+
+def _calibrated(calibration: Calibration) -> HybridProposer:
+    """Prompt lookup (the drafter) and a global suffix cache that has seen 1 2 3 4 5, every
+    measurement kept from the last round only (decay 0), `calibration` at T = 0."""
+    cache = SuffixCache(8)
+    cache.add([1, 2, 3, 4, 5])
+    settings = HybridSettings(SuffixSettings(depth=8, max_draft=4, spec_factor=4), decay=0.0)
+    proposer = HybridProposer(PromptLookupProposer(), settings, cache)
+    proposer.calibrations[0.0] = calibration
+    return proposer
+
+
+def test_the_rule_calibrates_suffix_scores_by_what_they_delivered_per_temperature():
+    greedy, sampled = SamplingParams(temperature=0.0), SamplingParams(temperature=1.0, seed=0)
+    # the drafter delivers 0.5 a round; the counts promise 3 after "1 2": suffix alone
+    proposer = _calibrated(Calibration(drafter=Delivery(0.5, 1.0)))
+    assert proposer.propose([9, 1, 2], 4, greedy, None).tokens == [3, 4, 5]
+    assert proposer.choices == {"suffix": 1}
+    proposer.propose([9, 1, 2, 3, 4, 8], 4, greedy, None)  # 3 4 accepted, 8 the target's
+    measured = proposer.calibrations[0.0]
+    assert (measured.alone.delivered, measured.alone.promised) == (2, 3.0)
+    assert measured.alone.calibrate(3.0) == 2.0
+    # suffix-alone rounds measured at nothing: the same match joins the drafter's instead
+    proposer = _calibrated(Calibration(drafter=Delivery(0.5, 1.0), alone=Delivery(0.0, 3.0)))
+    merged = proposer.propose([9, 1, 2], 4, greedy, None)
+    assert proposer.choices == {"both": 1} and merged.tokens == [3, 4, 5]
+    proposer.propose([9, 1, 2, 3, 8], 4, greedy, None)  # the suffix node 3 accepted
+    measured = proposer.calibrations[0.0]
+    assert (measured.both.delivered, measured.both.promised) == (1, 3.0)
+    assert (measured.drafter.delivered, measured.drafter.promised) == (0, 1.0)
+    # "both" rounds measured at nothing: the drafter alone
+    proposer = _calibrated(Calibration(drafter=Delivery(9.0, 1.0), both=Delivery(0.0, 3.0)))
+    proposer.propose([9, 1, 2], 4, greedy, None)
+    assert proposer.choices == {"drafter": 1}
+    # another temperature starts unmeasured: nothing is taken from T = 0's rounds
+    proposer = _calibrated(Calibration(drafter=Delivery(0.0, 1.0)))
+    proposer.propose([9, 1, 2], 4, sampled, torch.Generator().manual_seed(0))
+    assert proposer.choices == {"both": 1} and set(proposer.calibrations) == {0.0, 1.0}
 
 
 @pytest.mark.parametrize("tree", [False, True], ids=["eagle3-chain", "eagle3-tree"])
@@ -150,3 +196,24 @@ def test_bad_hybrid_settings_are_refused():
     with pytest.raises(GenerationError, match="decay"):
         HybridSettings(decay=1.0)
     assert HybridProposer(PromptLookupProposer()).target_layers == ()
+
+
+def test_an_eval_of_a_hybrid_reports_its_rounds_by_the_rules_choice(
+    tiny_drafters, tiny_target_model, tmp_path
+):
+    from draftzoo.eval.runner import EvalConfig, evaluate
+
+    model, tokenizer, path = tiny_target_model
+    drafter = load_drafter(tiny_drafters["eagle3"], model, tokenizer, "hybrid-tree", 3)
+    config = EvalConfig(
+        max_prompts=3,
+        max_new_tokens=24,
+        proposal="hybrid-tree",
+        certificate_samples=0,
+    )
+    report = evaluate(model, tokenizer, drafter, config, str(path), show_progress=False)
+    for row in report["results"]:
+        rounds = row["hybrid_rounds"]
+        assert set(rounds) <= {"suffix", "both", "drafter"} and sum(rounds.values()) > 0
+        # every round the rule chose was one verification forward (warm-up prompt included)
+        assert sum(rounds.values()) >= row["per_prompt"][0]["forwards"]
