@@ -45,9 +45,10 @@ class HybridSettings:
     """How the hybrid rule weighs suffix branches against the drafter's."""
 
     suffix: SuffixSettings = field(default_factory=lambda: SuffixSettings(tree=True))
-    #: suffix alone when its score >= alone_margin x the drafter's accepted tokens per round
+    #: suffix alone when its calibrated score >= alone_margin x the drafter's accepted tokens
+    #: per round
     alone_margin: float = 1.0
-    min_score: float = 0.5  # suffix branches join the drafter's from this score on
+    min_score: float = 0.5  # suffix branches join the drafter's from this calibrated score on
     decay: float = 0.8  # weight of the past in every measured average
 
     def __post_init__(self) -> None:
