@@ -24,6 +24,8 @@ layouts onto them.
 from __future__ import annotations
 
 import copy
+import functools
+import inspect
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -105,6 +107,14 @@ def check_hand_over(hand_over: str, depth: int, error: type[Exception]) -> None:
             f"module at every draft step; depth {depth} would train modules it never runs "
             "(use depth 1, or hand_over: normed)"
         )
+
+
+@functools.cache
+def _cache_parameter(layer_type: type) -> str:
+    """The name transformers' `MtpLayer.forward` gives its KV cache: `cache` in newer
+    releases, `past_key_values` before."""
+    parameters = inspect.signature(layer_type.forward).parameters
+    return "cache" if "cache" in parameters else "past_key_values"
 
 
 def text_config(target_config):
@@ -221,8 +231,8 @@ class MtpDrafter(nn.Module):
             position_embeddings=rotary,
             attention_mask=mask,
             position_ids=positions,
-            cache=cache,
             use_cache=cache is not None,
+            **{_cache_parameter(type(layer)): cache},
         )
 
     def head_states(self, hidden: torch.Tensor, k: int = 0) -> torch.Tensor:

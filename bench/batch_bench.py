@@ -51,10 +51,14 @@ def main() -> None:
     parser.add_argument("--gamma", type=int, default=4)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--static", action="store_true", help="static caches (graphs on CUDA)")
+    parser.add_argument(
+        "--dtype", choices=["bfloat16", "float32"], help="default: bfloat16 on CUDA, else float32"
+    )
     args = parser.parse_args()
 
     device = torch.device(args.device)
-    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    default = "bfloat16" if device.type == "cuda" else "float32"
+    dtype = getattr(torch, args.dtype or default)
     tokenizer = AutoTokenizer.from_pretrained(args.target)
     target = AutoModelForCausalLM.from_pretrained(args.target, dtype=dtype).to(device).eval()
     cache_length = args.max_new_tokens + 1024  # rendered HumanEval prompts fit in 1024 tokens
@@ -85,7 +89,7 @@ def main() -> None:
         _run(spec, prompts[:size], size, warm)
     print(
         f"{len(prompts)} prompts, {args.max_new_tokens} new tokens, greedy, gamma {args.gamma}, "
-        f"{'draft LM ' + args.draft if args.draft else 'prompt lookup'}, {device}, "
+        f"{'draft LM ' + args.draft if args.draft else 'prompt lookup'}, {device}, {dtype}, "
         f"{'static cache' if args.static else 'dynamic cache'}, "
         f"{torch.get_num_threads()} threads"
     )

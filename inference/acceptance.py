@@ -81,7 +81,9 @@ def accept_greedy_tree_on_device(
     passes = torch.cat([torch.ones(1, dtype=torch.bool, device=device), passes])  # the root
     on_path = ~(ancestors & ~passes).any(-1)  # [n+1]
     deepest = (depths * on_path).argmax()  # the root (slot 0) when nothing passed
-    slot, token = proposal.read_with(torch.stack([deepest, argmax[deepest]]))
+    # index_select, not argmax[deepest]: indexing by a device scalar reads it on the host
+    taken = argmax.index_select(0, deepest[None])
+    slot, token = proposal.read_with(torch.cat([deepest[None], taken]))
     return (proposal.path_to(slot - 1) if slot else []), token
 
 

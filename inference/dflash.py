@@ -37,6 +37,7 @@ from .graphs import CapturedCall, use_cuda_graphs
 from .position_tree import PositionTree, TreeDraw, resolve_position_tree
 from .proposers import Proposer, ProposerError
 from .sampling import SamplingParams
+from .transfer import to_device
 from .tree import Proposal, TreeSettings
 
 
@@ -210,7 +211,7 @@ class DflashProposer(Proposer):
     ) -> Proposal:
         if not self._catch_up(context) or max_tokens <= 0:
             return Proposal.chain([])
-        anchor = torch.tensor([context[-1]], device=self.device)
+        anchor = to_device([context[-1]], self.device)
         logits = self.entries.block_logits(anchor, len(context) - 1)
         limit = self.tree.depth if self.tree is not None else self.drafter.block_size - 1
         depth = min(max_tokens, limit)

@@ -292,7 +292,7 @@ class EagleSlots:
         hidden = last[0, 0].expand(k, -1)  # each frontier node's parent output
         scratch = max(0, (depth - 1) * k)
         ancestors = torch.zeros(k, scratch, dtype=torch.bool, device=self.device)
-        rows = torch.arange(k, device=self.device)
+        columns = torch.arange(scratch, device=self.device)
         for d in range(2, depth + 1):
             first = (d - 2) * k  # this feed's first scratch slot, relative to `length`
             out = self._feed_frontier(frontier_tokens, hidden, ancestors, length, first, d)
@@ -308,8 +308,9 @@ class EagleSlots:
             frontier_tokens = tokens[-1].index_select(0, order)
             frontier_scores = child_scores.index_select(0, order)
             hidden = out[0].index_select(0, parent_rows)
-            slot = torch.zeros(k, scratch, dtype=torch.bool, device=self.device)
-            slot[rows, first + parent_rows] = True  # the parent's own scratch slot
+            # the parent's own scratch slot (a comparison: writing a host `True` into a device
+            # tensor would copy from the host, which a CUDA graph cannot capture)
+            slot = columns[None, :] == (first + parent_rows)[:, None]
             ancestors = ancestors.index_select(0, parent_rows) | slot
         all_tokens, all_scores = torch.cat(tokens), torch.cat(scores)
         all_parents = torch.cat(parents)

@@ -159,7 +159,7 @@ class SpeculativeGenerator:
         proposer)."""
         self.forward.reset(1)
         if len(prompt_ids) > 1:
-            prefill = torch.tensor([prompt_ids[:-1]], device=self.device)
+            prefill = to_device([prompt_ids[:-1]], self.device)
             self.forward.forward(prefill, None, None, captured, all_logits=False)
             self.forward.commit([list(range(prefill.shape[1]))])
             self._observe(captured, slice(None))

@@ -183,12 +183,12 @@ def tree_layout(parents: torch.Tensor, max_depth: int) -> tuple[torch.Tensor, to
     device = parents.device
     parent_slot = torch.cat([torch.zeros(1, dtype=torch.long, device=device), parents + 1])
     slots = torch.arange(n + 1, device=device)
-    ancestors = torch.zeros(n + 1, n + 1, dtype=torch.bool, device=device)
-    ancestors[slots, slots] = True
+    # comparisons, not writes of a host `True` (a copy from the host no CUDA graph can capture)
+    ancestors = slots[:, None] == slots[None, :]
     above = slots
     for _ in range(max_depth):  # one step up per level: the root is its own parent
         above = parent_slot.index_select(0, above)
-        ancestors[slots, above] = True
+        ancestors = ancestors | (slots[None, :] == above[:, None])
     return ancestors.sum(-1) - 1, ancestors
 
 

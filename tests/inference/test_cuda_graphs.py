@@ -5,7 +5,8 @@ the tokens of eager target-only decoding on the same GPU, for target-only, the d
 EAGLE-3 chains and trees (whose target states are read back from the graphs' buffers), with
 EAGLE chains and trees drafted by graphs too; a greedy round on static caches synchronises
 with the device once (the read of the drafts with the target's answer); graphed batches give
-the same tokens.
+the same tokens; every published drafter, loaded by `draftzoo.load` on static caches as it is
+served (each family and the hybrid with suffix decoding), gives its own target's greedy tokens.
 """
 
 import warnings
@@ -17,6 +18,7 @@ from draftzoo.architectures.zoo_index import builtin_zoo_dir
 from draftzoo.data.prompts import load_prompt_set
 from draftzoo.inference.batch import BatchGenerator
 from draftzoo.inference.cache_settings import CacheSettings
+from draftzoo.inference.dflash import DflashProposer
 from draftzoo.inference.eagle import EagleProposer, TreeSettings
 from draftzoo.inference.generate import SpeculativeGenerator
 from draftzoo.inference.proposers import DraftModelProposer
@@ -46,6 +48,7 @@ def _proposers(target, tokenizer):
     folder = builtin_zoo_dir() / "draft-lm-testbed-small"
     draft = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).to("cuda").eval()
     eagle = EagleProposer.from_pretrained(builtin_zoo_dir() / "eagle3-testbed-small", target)
+    dflash = DflashProposer.from_pretrained(builtin_zoo_dir() / "dflash-testbed-small", target)
     return {
         "target-only": None,
         "draft-lm": DraftModelProposer(draft, cache=CacheSettings(static=True)),
@@ -55,6 +58,7 @@ def _proposers(target, tokenizer):
         "eagle3-tree-graphed": EagleProposer(
             eagle.drafter, TreeSettings(), cache=CacheSettings(static=True)
         ),
+        "dflash": DflashProposer(dflash.drafter, cache=CacheSettings(static=True)),
     }
 
 
@@ -129,16 +133,18 @@ def test_eagle_drafts_as_well_on_cuda_as_on_cpu(target_on_gpu, family):
 
 
 @pytest.mark.parametrize(
-    "name", ["target-only", "draft-lm", "eagle3-chain-graphed", "eagle3-tree-graphed"]
+    "name", ["target-only", "draft-lm", "eagle3-chain-graphed", "eagle3-tree-graphed", "dflash"]
 )
 def test_a_graphed_greedy_round_synchronises_once(target_on_gpu, name):
-    """After a warm-up request (graph capture synchronises), every greedy round waits for the
-    device once: `torch.cuda.set_sync_debug_mode` warns at each synchronising call."""
+    """After a warm-up request on the same prompt (graph capture synchronises; the same
+    greedy request captures the same shapes), every greedy round waits for the device once and
+    nothing else does, the prefill included: `torch.cuda.set_sync_debug_mode` warns at each
+    synchronising call."""
     target, tokenizer, prompts = target_on_gpu
     params = SamplingParams(max_new_tokens=32)
     proposer = _proposers(target, tokenizer)[name]
     graphed = SpeculativeGenerator(target, tokenizer, proposer, 4, cache=CacheSettings(static=True))
-    graphed.generate(prompts[0], params)
+    graphed.generate(prompts[1], params)
     torch.cuda.synchronize()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -147,8 +153,9 @@ def test_a_graphed_greedy_round_synchronises_once(target_on_gpu, name):
             out = graphed.generate(prompts[1], params)
         finally:
             torch.cuda.set_sync_debug_mode("default")
-    syncs = [w for w in caught if "synchroniz" in str(w.message)]
-    assert len(syncs) == out.metrics.num_target_forwards, [str(w.message) for w in syncs[:5]]
+    syncs = [w for w in caught if "called a synchronizing" in str(w.message)]
+    rounds = out.metrics.num_target_forwards
+    assert len(syncs) == rounds, f"{len(syncs)} synchronisations in {rounds} rounds"
 
 
 @pytest.mark.parametrize("name", ["target-only", "draft-lm", "eagle3-chain-graphed"])
@@ -170,3 +177,32 @@ def test_graphed_batches_equal_eager_target_only(target_on_gpu, name):
     out = batch.generate(prompts, params)
     assert [o.token_ids for o in out.outputs] == expected, name
     assert batch._static.use_graphs and batch._static._shapes
+
+
+def _zoo_names() -> list[str]:
+    """The published testbed-small drafters, read from the zoo's index."""
+    import json
+
+    index = json.loads((builtin_zoo_dir() / "index.json").read_text())
+    return sorted(name for name in index["drafters"] if name.endswith("-testbed-small"))
+
+
+@pytest.mark.parametrize("proposal", [None, "hybrid"])
+@pytest.mark.parametrize("name", _zoo_names())
+def test_every_published_drafter_graphed_equals_eager_target_only(name, proposal):
+    """`draftzoo.load(name, device="cuda", cache=static)` as a user serves it: graphed greedy
+    output equals eager target-only decoding of the generator's own target (Medusa-2's is the
+    target with its LoRA adapter merged)."""
+    import draftzoo
+
+    generator = draftzoo.load(
+        name, proposal=proposal, device="cuda", cache=CacheSettings(static=True)
+    )
+    tokenizer = generator.tokenizer
+    prompts = [p.render(tokenizer, chat=True) for p in load_prompt_set("humaneval")[:3]]
+    params = SamplingParams(max_new_tokens=48)
+    eager = SpeculativeGenerator(generator.target, tokenizer)
+    for prompt in prompts:
+        expected = eager.generate(prompt, params).token_ids
+        assert generator.generate(prompt, params).token_ids == expected, (name, proposal)
+    assert generator.forward.use_graphs and generator.forward._shapes, name
