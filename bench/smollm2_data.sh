@@ -3,10 +3,12 @@
 # by the target itself. Each step resumes where a stopped run left off; rerun until it prints
 # "done". Hours on two cores (the answers: ~1.2 M tokens at 100-150 tokens/s).
 #   bash bench/smollm2_data.sh [DATA_DIR]          # default runs/smollm2-data
+# BATCH sets the generation batch size (default 64; a GPU takes hundreds).
 # Writes, in DATA_DIR:
 #   user-turns.jsonl    2,500 requests SmolLM2 wrote from its own chat template (seed 0)
 #   code-requests.jsonl every 12th `testbed-chat` request ("Complete this Python function"
-#                       with a docstring from installed packages' source), answer dropped
+#                       with a docstring from installed packages' source), answer dropped;
+#                       kept when present (another machine's packages give other requests)
 #   requests.jsonl      both, the training requests
 #   train.jsonl         the requests with SmolLM2's answers (T 0.7, top-p 0.95, <= 384 tokens)
 #   eval-turns.jsonl    300 more requests (seed 1): the natural-language eval set; eval drops
@@ -15,24 +17,27 @@ set -euo pipefail
 DATA=${1:-runs/smollm2-data}
 TARGET=smollm2-135m-instruct
 RECIPE=recipes/eagle3/smollm2-135m-instruct.yaml
+BATCH=${BATCH:-64}
 mkdir -p "$DATA"
 draftzoo target get "$TARGET"
 draftzoo user-turns --target "$TARGET" --output "$DATA/user-turns.jsonl" --count 2500 \
-  --seed 0 --batch-size 64 --max-new-tokens 128
+  --seed 0 --batch-size "$BATCH" --max-new-tokens 128
 draftzoo user-turns --target "$TARGET" --output "$DATA/eval-turns.jsonl" --count 300 \
-  --seed 1 --batch-size 64 --max-new-tokens 128
+  --seed 1 --batch-size "$BATCH" --max-new-tokens 128
 if [ ! -f "$DATA/requests.jsonl" ]; then
   python - "$DATA" <<'PY'
 import itertools, json, os, sys
 from pathlib import Path
 from draftzoo.data.testbed_chat import iter_testbed_chat_rows
 data = Path(sys.argv[1])
-code = [{"messages": [row["messages"][0], {"role": "assistant", "content": ""}],
-         "source": "testbed-chat"} for row in itertools.islice(iter_testbed_chat_rows(), 0, None, 12)]
-for name, rows in (("code-requests.jsonl", code),):
-    tmp = data / (name + ".tmp")
-    tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    os.replace(tmp, data / name)
+if not (data / "code-requests.jsonl").exists():
+    code = [{"messages": [row["messages"][0], {"role": "assistant", "content": ""}],
+             "source": "testbed-chat"}
+            for row in itertools.islice(iter_testbed_chat_rows(), 0, None, 12)]
+    tmp = data / "code-requests.jsonl.tmp"
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in code))
+    os.replace(tmp, data / "code-requests.jsonl")
+code = (data / "code-requests.jsonl").read_text().splitlines()
 turns = (data / "user-turns.jsonl").read_text()
 tmp = data / "requests.jsonl.tmp"
 tmp.write_text(turns + (data / "code-requests.jsonl").read_text())
@@ -42,5 +47,5 @@ PY
 fi
 draftzoo regenerate "$RECIPE" --set data.source="$DATA/requests.jsonl" \
   --output "$DATA/train.jsonl" --temperature 0.7 --top-p 0.95 --max-new-tokens 384 \
-  --batch-size 64 --sort-window 4 --seed 0
+  --batch-size "$BATCH" --sort-window 4 --seed 0
 echo done

@@ -493,7 +493,7 @@ def _user_turns(args: argparse.Namespace) -> int:
         seed=args.seed,
         system=args.system,
     )
-    model, tokenizer = load_target(args.target)
+    model, tokenizer = load_target(args.target, device=_device(args.device))
     report = synthesize_user_turns(model, tokenizer, args.output, config)
     print(f"{args.output}: {report.summary()}")
     return 0

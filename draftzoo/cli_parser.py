@@ -387,6 +387,7 @@ def _add_user_turns_command(commands, handlers: Mapping[str, Callable]) -> None:
     turns.add_argument("--min-words", type=int, default=3, help="shorter turns are dropped")
     turns.add_argument("--seed", type=int, default=0)
     turns.add_argument("--system", help="the system turn (default: the template's own)")
+    turns.add_argument("--device", help="cpu or cuda (default: cuda when available)")
     turns.set_defaults(func=handlers["user_turns"])
 
 

