@@ -24,8 +24,6 @@ layouts onto them.
 from __future__ import annotations
 
 import copy
-import functools
-import inspect
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +32,7 @@ import torch
 from torch import nn
 
 from .families import FamilySpec
-from .target import TargetError
+from .target import TargetError, cache_parameter
 
 FAMILY = "mtp"
 FAMILY_SPECS = (
@@ -107,14 +105,6 @@ def check_hand_over(hand_over: str, depth: int, error: type[Exception]) -> None:
             f"module at every draft step; depth {depth} would train modules it never runs "
             "(use depth 1, or hand_over: normed)"
         )
-
-
-@functools.cache
-def _cache_parameter(layer_type: type) -> str:
-    """The name transformers' `MtpLayer.forward` gives its KV cache: `cache` in newer
-    releases, `past_key_values` before."""
-    parameters = inspect.signature(layer_type.forward).parameters
-    return "cache" if "cache" in parameters else "past_key_values"
 
 
 def text_config(target_config):
@@ -232,7 +222,7 @@ class MtpDrafter(nn.Module):
             attention_mask=mask,
             position_ids=positions,
             use_cache=cache is not None,
-            **{_cache_parameter(type(layer)): cache},
+            **{cache_parameter(type(layer)): cache},
         )
 
     def head_states(self, hidden: torch.Tensor, k: int = 0) -> torch.Tensor:

@@ -12,7 +12,9 @@ kept (not every layer, as `output_hidden_states=True` would).
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import inspect
 import json
 from collections.abc import Sequence
 from contextlib import contextmanager
@@ -216,6 +218,18 @@ class TargetAdapter(nn.Module):
             hidden_states=dict(captured),
             cache=_returned_cache(out),
         )
+
+
+@functools.cache
+def forward_parameters(module_type: type) -> frozenset[str]:
+    """The parameter names of a module class's `forward`."""
+    return frozenset(inspect.signature(module_type.forward).parameters)
+
+
+def cache_parameter(module_type: type) -> str:
+    """The name a transformers module's `forward` gives its KV cache: `cache` in newer
+    releases, `past_key_values` before."""
+    return "cache" if "cache" in forward_parameters(module_type) else "past_key_values"
 
 
 def _returned_cache(out) -> Any:

@@ -37,7 +37,9 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--gamma", type=int, default=4, help="chain length (at most block - 1)")
     args = parser.parse_args()
-    reference = None
+    target = tokenizer = prompts = reference = None
+    greedy = SamplingParams(max_new_tokens=args.max_new_tokens)
+    sampled = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=1.0)
     print(
         f"{'drafter':<40} {'block':>5} {'chain':>5} {'tau T=0':>8} {'tau T=1':>8} "
         f"{'greedy same':>11}"
@@ -46,19 +48,19 @@ def main() -> None:
         # a DFlash drafter's chain is at most its block less the anchor; other families' any
         block = json.loads((Path(folder) / "config.json").read_text()).get("block_size")
         gamma = args.gamma if block is None else min(args.gamma, block - 1)
-        generator = draftzoo.load(folder, proposal="chain", num_speculative_tokens=gamma)
-        tokenizer = generator.tokenizer
-        prompts = [
-            p.render(tokenizer, chat=True)
-            for name in ("humaneval", "stdlib-heldout")
-            for p in load_prompt_set(name)[: args.prompts]
-        ]
+        # the first drafter's target serves them all (a drafter for another one is refused)
+        generator = draftzoo.load(
+            folder, target, tokenizer, proposal="chain", num_speculative_tokens=gamma
+        )
         if reference is None:
-            plain = SpeculativeGenerator(generator.target, tokenizer)
-            greedy = SamplingParams(max_new_tokens=args.max_new_tokens)
+            target, tokenizer = generator.target, generator.tokenizer
+            prompts = [
+                p.render(tokenizer, chat=True)
+                for name in ("humaneval", "stdlib-heldout")
+                for p in load_prompt_set(name)[: args.prompts]
+            ]
+            plain = SpeculativeGenerator(target, tokenizer)
             reference = [plain.generate(p, greedy).token_ids for p in prompts]
-        greedy = SamplingParams(max_new_tokens=args.max_new_tokens)
-        sampled = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=1.0)
         tau0, outputs = _tau(generator, prompts, greedy)
         tau1, _ = _tau(generator, prompts, sampled)
         same = sum(a == b for a, b in zip(outputs, reference, strict=True))

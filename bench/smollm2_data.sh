@@ -25,25 +25,10 @@ draftzoo user-turns --target "$TARGET" --output "$DATA/user-turns.jsonl" --count
 draftzoo user-turns --target "$TARGET" --output "$DATA/eval-turns.jsonl" --count 300 \
   --seed 1 --batch-size "$BATCH" --max-new-tokens 128
 if [ ! -f "$DATA/requests.jsonl" ]; then
-  python - "$DATA" <<'PY'
-import itertools, json, os, sys
-from pathlib import Path
-from draftzoo.data.testbed_chat import iter_testbed_chat_rows
-data = Path(sys.argv[1])
-if not (data / "code-requests.jsonl").exists():
-    code = [{"messages": [row["messages"][0], {"role": "assistant", "content": ""}],
-             "source": "testbed-chat"}
-            for row in itertools.islice(iter_testbed_chat_rows(), 0, None, 12)]
-    tmp = data / "code-requests.jsonl.tmp"
-    tmp.write_text("".join(json.dumps(r) + "\n" for r in code))
-    os.replace(tmp, data / "code-requests.jsonl")
-code = (data / "code-requests.jsonl").read_text().splitlines()
-turns = (data / "user-turns.jsonl").read_text()
-tmp = data / "requests.jsonl.tmp"
-tmp.write_text(turns + (data / "code-requests.jsonl").read_text())
-os.replace(tmp, data / "requests.jsonl")
-print(f"requests: {turns.count(chr(10))} user turns + {len(code)} code requests")
-PY
+  python bench/smollm2_code_requests.py "$DATA"
+  cat "$DATA/user-turns.jsonl" "$DATA/code-requests.jsonl" > "$DATA/requests.jsonl.tmp"
+  mv "$DATA/requests.jsonl.tmp" "$DATA/requests.jsonl"
+  echo "requests: $(wc -l < "$DATA/user-turns.jsonl") user turns + $(wc -l < "$DATA/code-requests.jsonl") code requests"
 fi
 draftzoo regenerate "$RECIPE" --set data.source="$DATA/requests.jsonl" \
   --output "$DATA/train.jsonl" --temperature 0.7 --top-p 0.95 --max-new-tokens 384 \

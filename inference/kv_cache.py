@@ -2,15 +2,9 @@
 
 from __future__ import annotations
 
-import functools
-import inspect
-
 import torch
 
-
-@functools.cache
-def _forward_parameters(model_type: type) -> frozenset[str]:
-    return frozenset(inspect.signature(model_type.forward).parameters)
+from ..architectures.target import cache_parameter, forward_parameters
 
 
 def cache_kwargs(model, cache, last_logits_only: bool = False) -> dict:
@@ -19,9 +13,8 @@ def cache_kwargs(model, cache, last_logits_only: bool = False) -> dict:
     `last_logits_only` asks for the last position's logits alone (prefill, draft catch-up)
     where the model supports `logits_to_keep`.
     """
-    params = _forward_parameters(type(model))
-    kwargs = {"cache" if "cache" in params else "past_key_values": cache, "use_cache": True}
-    if last_logits_only and "logits_to_keep" in params:
+    kwargs = {cache_parameter(type(model)): cache, "use_cache": True}
+    if last_logits_only and "logits_to_keep" in forward_parameters(type(model)):
         kwargs["logits_to_keep"] = 1
     return kwargs
 
