@@ -3,7 +3,9 @@
 # by the target itself. Each step resumes where a stopped run left off; rerun until it prints
 # "done". Hours on two cores (the answers: ~1.2 M tokens at 100-150 tokens/s).
 #   bash bench/smollm2_data.sh [DATA_DIR]          # default runs/smollm2-data
-# BATCH sets the generation batch size (default 64; a GPU takes hundreds).
+# BATCH sets the generation batch size (default 64; a GPU takes hundreds). DTYPE the target's
+# weights while writing (default float32; bfloat16 samples ~1.8x faster on CPUs with AVX512-BF16,
+# measured 156 -> 289 tokens/s at batch 64, and draws from nearly the same distribution).
 # Writes, in DATA_DIR:
 #   user-turns.jsonl    2,500 requests SmolLM2 wrote from its own chat template (seed 0)
 #   code-requests.jsonl every 12th `testbed-chat` request ("Complete this Python function"
@@ -18,19 +20,20 @@ DATA=${1:-runs/smollm2-data}
 TARGET=smollm2-135m-instruct
 RECIPE=recipes/eagle3/smollm2-135m-instruct.yaml
 BATCH=${BATCH:-64}
+DTYPE=${DTYPE:-float32}
 mkdir -p "$DATA"
 draftzoo target get "$TARGET"
 draftzoo user-turns --target "$TARGET" --output "$DATA/user-turns.jsonl" --count 2500 \
-  --seed 0 --batch-size "$BATCH" --max-new-tokens 128
+  --seed 0 --batch-size "$BATCH" --max-new-tokens 128 --dtype "$DTYPE"
 draftzoo user-turns --target "$TARGET" --output "$DATA/eval-turns.jsonl" --count 300 \
-  --seed 1 --batch-size "$BATCH" --max-new-tokens 128
+  --seed 1 --batch-size "$BATCH" --max-new-tokens 128 --dtype "$DTYPE"
 if [ ! -f "$DATA/requests.jsonl" ]; then
   python bench/smollm2_code_requests.py "$DATA"
   cat "$DATA/user-turns.jsonl" "$DATA/code-requests.jsonl" > "$DATA/requests.jsonl.tmp"
   mv "$DATA/requests.jsonl.tmp" "$DATA/requests.jsonl"
   echo "requests: $(wc -l < "$DATA/user-turns.jsonl") user turns + $(wc -l < "$DATA/code-requests.jsonl") code requests"
 fi
-draftzoo regenerate "$RECIPE" --set data.source="$DATA/requests.jsonl" \
+draftzoo regenerate "$RECIPE" --set data.source="$DATA/requests.jsonl" --set target.dtype="$DTYPE" \
   --output "$DATA/train.jsonl" --temperature 0.7 --top-p 0.95 --max-new-tokens 384 \
   --batch-size "$BATCH" --sort-window 4 --seed 0
 echo done

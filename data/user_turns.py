@@ -219,7 +219,7 @@ def synthesize_user_turns(model, tokenizer, output: Path, config: UserTurnConfig
             os.fsync(handle.fileno())
             report.kept += len(rows)
             report.batches += 1
-            _write_progress(progress, report, config)
+            _write_progress(progress, report, config, str(model.dtype).removeprefix("torch."))
             logger.info("user turns: %s", report.summary())
     return report
 
@@ -230,7 +230,10 @@ def _row(text: str) -> dict:
     return {"messages": turns, "source": SOURCE}
 
 
-def _write_progress(progress: Path, report: UserTurnReport, config: UserTurnConfig) -> None:
+def _write_progress(
+    progress: Path, report: UserTurnReport, config: UserTurnConfig, dtype: str
+) -> None:
     tmp = progress.with_name(progress.name + ".tmp")
-    tmp.write_text(json.dumps({"report": report.to_dict(), "config": asdict(config)}, indent=1))
+    record = {"report": report.to_dict(), "config": asdict(config), "dtype": dtype}
+    tmp.write_text(json.dumps(record, indent=1))
     os.replace(tmp, progress)

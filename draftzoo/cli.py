@@ -482,6 +482,7 @@ def _target_convert(args: argparse.Namespace) -> int:
 def _user_turns(args: argparse.Namespace) -> int:
     from draftzoo.data.user_turns import UserTurnConfig, synthesize_user_turns
     from draftzoo.inference.load import load_target
+    from draftzoo.train.setup import TORCH_DTYPES
 
     config = UserTurnConfig(
         count=args.count,
@@ -493,7 +494,8 @@ def _user_turns(args: argparse.Namespace) -> int:
         seed=args.seed,
         system=args.system,
     )
-    model, tokenizer = load_target(args.target, device=_device(args.device))
+    dtype = TORCH_DTYPES[args.dtype]
+    model, tokenizer = load_target(args.target, dtype=dtype, device=_device(args.device))
     report = synthesize_user_turns(model, tokenizer, args.output, config)
     print(f"{args.output}: {report.summary()}")
     return 0

@@ -388,6 +388,13 @@ def _add_user_turns_command(commands, handlers: Mapping[str, Callable]) -> None:
     turns.add_argument("--seed", type=int, default=0)
     turns.add_argument("--system", help="the system turn (default: the template's own)")
     turns.add_argument("--device", help="cpu or cuda (default: cuda when available)")
+    turns.add_argument(
+        "--dtype",
+        choices=("float32", "bfloat16", "float16"),
+        default="float32",
+        help="the target's weights while sampling (bfloat16: ~1.8x faster on CPUs with "
+        "AVX512-BF16)",
+    )
     turns.set_defaults(func=handlers["user_turns"])
 
 

@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from draftzoo.cli import main
 from draftzoo.data import user_turns
 from draftzoo.data.conversations import RowReport, iter_rows, iter_samples
 from draftzoo.data.errors import DataError
@@ -58,11 +59,11 @@ def test_turns_are_distinct_counted_and_resume_to_the_same_file(tiny, tmp_path, 
     part = tmp_path / "part.jsonl"
     calls = []
 
-    def killed(progress, report, config):
+    def killed(progress, report, config, dtype):
         calls.append(report.kept)
         if len(calls) > 1 and calls[-1] > calls[-2] and calls[0] > 0:  # a batch that wrote rows
             raise KeyboardInterrupt
-        write_progress(progress, report, config)
+        write_progress(progress, report, config, dtype)
 
     monkeypatch.setattr(user_turns, "_write_progress", killed)
     with pytest.raises(KeyboardInterrupt):
@@ -93,3 +94,13 @@ def test_a_file_draftzoo_did_not_write_is_refused_untouched(tiny, tmp_path, caps
     argv = ["user-turns", "--target", str(folder), "--output", str(tmp_path / "x.jsonl")]
     _assert_one_error_line([*argv, "--temperature", "0"], capsys, "temperature")
     assert mine.read_bytes() == before and not (tmp_path / "x.jsonl").exists()
+
+
+def test_the_command_samples_in_the_dtype_asked_and_records_it(tiny, tmp_path):
+    folder, _, _ = tiny
+    out = tmp_path / "turns.jsonl"
+    argv = ["user-turns", "--target", str(folder), "--output", str(out), "--count", "3"]
+    assert main([*argv, "--max-new-tokens", "24", "--min-words", "1", "--dtype", "bfloat16"]) == 0
+    assert len(out.read_text().splitlines()) == 3
+    record = json.loads(out.with_name("turns.jsonl.progress.json").read_text())
+    assert record["dtype"] == "bfloat16" and record["report"]["kept"] == 3
