@@ -7,8 +7,8 @@
     python bench/families.py --target smollm2-135m-instruct --work runs --phase eval
 
 `--target testbed-small` (the default) is described below. `--target smollm2-135m-instruct`:
-the SmolLM2 recipes (1,400 steps x 4 rows x 512 positions each; Medusa-2 1,200 heads-only
-steps then 200 joint ones), trained by `bench/smollm2_train.sh` from one offline FP8 capture
+the SmolLM2 recipes (1,100 steps x 4 rows x 512 positions each; Medusa-2 950 heads-only
+steps then 150 joint ones), trained by `bench/smollm2_train.sh` from one offline FP8 capture
 into <work>/<family>-smollm2-135m-instruct; measured on HumanEval and the held-out
 `runs/smollm2-data/eval-turns.jsonl`, prompts overlapping the training data dropped first.
 
@@ -125,12 +125,12 @@ SMOLLM2 = Profile(
             Stage(
                 f"medusa2-heads-{SMOLLM2_NAME}",
                 f"medusa1/{SMOLLM2_NAME}.yaml",
-                ("train.max_steps=1200",),
+                ("train.max_steps=950",),
             ),
             _smollm2_stage("medusa2"),
         ],
     },
-    budget=2_867_200,
+    budget=2_252_800,
     prompt_sets=("humaneval", f"{SMOLLM2_DATA}/eval-turns.jsonl"),
     heldout_from=(f"{SMOLLM2_DATA}/train.jsonl",),
     trainer=("bash", "bench/smollm2_train.sh"),

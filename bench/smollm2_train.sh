@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every family for SmolLM2-135M-Instruct trained on the same rows at one budget (the recipes'
-# 1,400 steps x 4 packed rows of 512; Medusa-2 in two stages: 1,200 heads-only steps, then 200
+# 1,100 steps x 4 packed rows of 512; Medusa-2 in two stages: 950 heads-only steps, then 150
 # joint steps with the LoRA), from one
 # offline capture of the union of the layers they read: EAGLE-3 taps 2, 15, 27, DFlash 2, 28
 # and the final post-norm state 30 (EAGLE-1, Medusa-1, MTP, the draft LM's teacher). Medusa-2's
@@ -46,7 +46,7 @@ offline=(--set capture.mode=offline --set "capture.dir=$shards" --set "capture.d
 for family in $families; do
     if [ "$family" = medusa2 ]; then
         heads="$runs/medusa2-heads-smollm2-135m-instruct"
-        train medusa2_heads medusa1 "$heads" "${offline[@]}" --set train.max_steps=1200
+        train medusa2_heads medusa1 "$heads" "${offline[@]}" --set train.max_steps=950
         train medusa2 medusa2 "$runs/medusa2-smollm2-135m-instruct" --set "init_heads=$heads"
     else
         train "$family" "$family" "$runs/$family-smollm2-135m-instruct" "${offline[@]}"
