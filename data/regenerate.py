@@ -6,10 +6,13 @@ the conversation so far (earlier turns already regenerated), batched across conv
 with transformers `generate` (left padding), greedy at temperature 0 or sampled. A `writer`
 model on the target's tokenizer (a trained draft LM) can write them instead: on-policy data.
 
-The output is a .jsonl of `{"row": N, "messages": [...]}` in source order, written window by
-window (each window of `sort_window` batches is generated grouped by prompt length; flushed and
-fsynced); a rerun keeps the rows already written, drops a torn last line, and continues.
-Plain-text rows are copied unchanged. Malformed rows are counted as in training.
+The output is a .jsonl of `{"row": N, "messages": [...], "answers": [...]}` in source order,
+written window by window (each window of `sort_window` batches is generated grouped by prompt
+length; flushed and fsynced); a rerun keeps the rows already written, drops a torn last line,
+and continues. `answers` says of each regenerated assistant turn, in order, how many tokens the
+writer generated and whether it ended the turn itself (`finished`) or stopped at its token cap
+(`data/answer_report.py` counts them). Plain-text rows are copied unchanged. Malformed rows are
+counted as in training.
 
 A record beside the output (`<output>.regenerate.json`, naming the source) marks the file as
 this command's own: an existing file without it (the source itself, any file of the user's)
@@ -71,6 +74,20 @@ WRITTEN_BY = "draftzoo regenerate"
 def output_record(output: Path) -> Path:
     """The record that marks `output` as written by `regenerate`."""
     return output.with_name(output.name + ".regenerate.json")
+
+
+def record_answer_report(output: Path):
+    """Count what `output` holds (`answer_report`) and keep the counts in its record."""
+    from .answer_report import answer_report
+
+    report = answer_report(output)
+    record = output_record(output)
+    kept = json.loads(record.read_text())
+    kept["answers"] = report.to_dict()
+    tmp = record.with_name(record.name + ".tmp")
+    tmp.write_text(json.dumps(kept, indent=1))
+    os.replace(tmp, record)
+    return report
 
 
 def _source_id(source: str) -> str:
@@ -158,20 +175,41 @@ def answer_room(model, prompt_length: int, asked: int) -> int:
     return max(0, min(asked, limit - prompt_length))
 
 
+def stop_ids(model, tokenizer) -> set[int]:
+    """Token ids that end a turn: the generation config's and the tokenizer's end tokens."""
+    stop = model.generation_config.eos_token_id
+    ids = set(stop if isinstance(stop, list) else [stop] if stop is not None else [])
+    if tokenizer.eos_token_id is not None:
+        ids.add(tokenizer.eos_token_id)
+    if not ids:
+        raise DataError("the writer names no end-of-turn token (eos_token_id)")
+    return ids
+
+
+def _lengths(new: torch.Tensor, stop: set[int]) -> list[dict]:
+    """For each generated row: tokens before its first end token, and whether it had one."""
+    ended = torch.isin(new, torch.tensor(sorted(stop), device=new.device))
+    first = torch.where(ended.any(1), ended.int().argmax(1), new.shape[1])
+    return [
+        {"tokens": int(n), "finished": bool(e)} for n, e in zip(first, ended.any(1), strict=True)
+    ]
+
+
 @torch.no_grad()
 def _answer(
     model, tokenizer, contexts: list[list[dict]], config: RegenerateConfig
-) -> tuple[list[str], int]:
-    """`model`'s answers to each context (a message list ending before an assistant turn), and
-    how many of them were capped to the room the writer's context leaves (the batch's longest
-    prompt sets it; a prompt that fills the context gets an empty answer, counted)."""
+) -> tuple[list[str], list[dict], int]:
+    """`model`'s answers to each context (a message list ending before an assistant turn), their
+    lengths (`_lengths`), and how many were capped to the room the writer's context leaves
+    (the batch's longest prompt sets it; a prompt that fills the context gets an empty answer,
+    counted)."""
     prompts = [render_chat(tokenizer, c, add_generation_prompt=True) for c in contexts]
     encoded = tokenizer(prompts, add_special_tokens=False, return_tensors="pt", padding=True)
     encoded = {k: v.to(model.device) for k, v in encoded.items()}
     room = answer_room(model, encoded["input_ids"].shape[1], config.max_new_tokens)
     capped = len(contexts) if room < config.max_new_tokens else 0
     if room == 0:
-        return [""] * len(contexts), capped
+        return [""] * len(contexts), [{"tokens": 0, "finished": False}] * len(contexts), capped
     sampling = {"do_sample": False}
     if config.temperature > 0:
         sampling = {"do_sample": True, "temperature": config.temperature, "top_p": config.top_p}
@@ -182,7 +220,8 @@ def _answer(
         **sampling,
     )
     new = out[:, encoded["input_ids"].shape[1] :]
-    return [tokenizer.decode(ids, skip_special_tokens=True).strip() for ids in new], capped
+    answers = [tokenizer.decode(ids, skip_special_tokens=True).strip() for ids in new]
+    return answers, _lengths(new, stop_ids(model, tokenizer)), capped
 
 
 def _prompt_tokens(tokenizer, sample: Sample) -> int:
@@ -197,10 +236,11 @@ def _prompt_tokens(tokenizer, sample: Sample) -> int:
 
 def _answer_turns(
     writer, tokenizer, batch: list[Sample], config: RegenerateConfig, report: RowReport
-) -> dict:
-    """{row: messages with every assistant turn rewritten in order} for one batch; capped
-    answers are counted in `report`."""
+) -> tuple[dict, dict]:
+    """({row: messages with every assistant turn rewritten in order}, {row: the answers'
+    lengths}) for one batch; capped answers are counted in `report`."""
     rows = {s.row: list(s.messages) if s.messages else None for s in batch}
+    lengths: dict[int, list[dict]] = {r: [] for r in rows}
     turns = max((len(m) for m in rows.values() if m), default=0)
     for turn in range(turns):
         asking = [
@@ -208,11 +248,13 @@ def _answer_turns(
         ]
         if not asking:
             continue
-        answers, capped = _answer(writer, tokenizer, [rows[r][:turn] for r in asking], config)
+        contexts = [rows[r][:turn] for r in asking]
+        answers, answered, capped = _answer(writer, tokenizer, contexts, config)
         report.capped += capped
-        for r, answer in zip(asking, answers, strict=True):
+        for r, answer, length in zip(asking, answers, answered, strict=True):
             rows[r][turn] = {"role": "assistant", "content": answer}
-    return rows
+            lengths[r].append(length)
+    return rows, lengths
 
 
 def regenerate(
@@ -242,14 +284,18 @@ def regenerate(
         for window in _batches(pending, config.batch_size * config.sort_window):
             by_length = sorted(window, key=lambda s: _prompt_tokens(tokenizer, s))
             messages: dict[int, list[dict] | None] = {}
+            lengths: dict[int, list[dict]] = {}
             for batch in _batches(iter(by_length), config.batch_size):
-                messages.update(_answer_turns(writer, tokenizer, batch, config, report))
+                answered, answer_lengths = _answer_turns(writer, tokenizer, batch, config, report)
+                messages.update(answered)
+                lengths.update(answer_lengths)
             for sample in window:
                 record = {"row": sample.row}
                 if sample.text is not None:
                     record["text"] = sample.text
                 else:
                     record["messages"] = messages[sample.row]
+                    record["answers"] = lengths[sample.row]
                 handle.write(json.dumps(record) + "\n")
             handle.flush()
             os.fsync(handle.fileno())

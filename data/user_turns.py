@@ -26,6 +26,7 @@ import torch
 
 from .errors import DataError
 from .loss_mask import render_chat
+from .regenerate import stop_ids
 
 logger = logging.getLogger(__name__)
 
@@ -184,17 +185,6 @@ def _sample_batch(model, tokenizer, prefix_ids: torch.Tensor, config, batch: int
     return turns
 
 
-def _stop_ids(model, tokenizer) -> set[int]:
-    """Token ids that end a turn: the generation config's and the tokenizer's end tokens."""
-    stop = model.generation_config.eos_token_id
-    ids = set(stop if isinstance(stop, list) else [stop] if stop is not None else [])
-    if tokenizer.eos_token_id is not None:
-        ids.add(tokenizer.eos_token_id)
-    if not ids:
-        raise DataError("the target names no end-of-turn token (eos_token_id)")
-    return ids
-
-
 def synthesize_user_turns(model, tokenizer, output: Path, config: UserTurnConfig) -> UserTurnReport:
     """Write `config.count` distinct user turns sampled from `model` to `output` (resuming a
     run that stopped); returns the report, also kept in `<output>.progress.json`."""
@@ -203,7 +193,7 @@ def synthesize_user_turns(model, tokenizer, output: Path, config: UserTurnConfig
     report = _read_progress(output, progress)
     prefix = user_turn_prefix(tokenizer, config.system)
     prefix_ids = tokenizer(prefix, add_special_tokens=False, return_tensors="pt")["input_ids"]
-    stop = _stop_ids(model, tokenizer)
+    stop = stop_ids(model, tokenizer)
     output.parent.mkdir(parents=True, exist_ok=True)
     with output.open("a", encoding="utf-8") as handle:
         while report.kept < config.count:

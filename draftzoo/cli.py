@@ -223,7 +223,7 @@ def _check_recipe(recipe) -> int:
 
 
 def _regenerate(args: argparse.Namespace) -> int:
-    from draftzoo.data.regenerate import RegenerateConfig
+    from draftzoo.data.regenerate import RegenerateConfig, record_answer_report
     from draftzoo.train.recipe_jobs import regenerate_for_recipe
     from draftzoo.train.registry import load_recipe
 
@@ -242,6 +242,7 @@ def _regenerate(args: argparse.Namespace) -> int:
     if report.capped:
         print(f"capped: {report.capped} answers cut to the room the writer's context leaves")
     print(f"wrote {written} regenerated rows to {args.output}")
+    print(f"answers: {record_answer_report(Path(args.output)).summary()}")
     return 0
 
 

@@ -7,8 +7,14 @@ import json
 import pytest
 import torch
 
+from draftzoo.data.answer_report import answer_report
 from draftzoo.data.conversations import DataError, RowReport, iter_rows, iter_samples
-from draftzoo.data.regenerate import RegenerateConfig, regenerate
+from draftzoo.data.regenerate import (
+    RegenerateConfig,
+    output_record,
+    record_answer_report,
+    regenerate,
+)
 from draftzoo.data.token_dataset import DataConfig
 from draftzoo.train.recipe_config import TargetSpec
 from draftzoo.train.setup import load_target
@@ -44,6 +50,12 @@ def test_regenerated_answers_are_the_targets_and_reruns_resume(testbed_tiny, tmp
         greedy = target.model.generate(ids, max_new_tokens=12, do_sample=False)
     expected = tokenizer.decode(greedy[0, ids.shape[1] :], skip_special_tokens=True).strip()
     assert first[1] == {"role": "assistant", "content": expected}
+    # what was generated is recorded: tokens before the end token, and whether it came
+    generated = greedy[0, ids.shape[1] :].tolist()
+    ended = [i for i, t in enumerate(generated) if t == tokenizer.eos_token_id]
+    length = {"tokens": ended[0] if ended else len(generated), "finished": bool(ended)}
+    assert rows[0]["answers"] == [length]
+    assert all(len(r["answers"]) == 1 for r in rows)
     # the output is itself a valid conversation source
     again = list(iter_samples(iter_rows(out), "auto", True, RowReport()))
     assert len(again) == 6
@@ -168,6 +180,8 @@ def test_answers_are_capped_to_the_room_the_writers_context_leaves(testbed_tiny,
     assert 0 < room < 64
     assert len(tokenizer(answers[1], add_special_tokens=False)["input_ids"]) <= room
     assert answers[2] == ""  # the prompt alone fills the context
+    lengths = [json.loads(line)["answers"][0] for line in out.read_text().splitlines()]
+    assert lengths[2] == {"tokens": 0, "finished": False} and lengths[1]["tokens"] <= room
     assert "capped" in report.to_dict() and RowReport.from_dict(report.to_dict()).capped == 2
 
 
@@ -208,3 +222,45 @@ def test_an_output_regenerate_did_not_write_is_refused_untouched(testbed_tiny, t
     with pytest.raises(DataError, match=r"answers.jsonl:1: not a regenerated row"):
         regenerate(target, DataConfig(source=str(source)), out, RegenerateConfig(batch_size=2))
     assert out.read_text() == damaged  # the finished row after it is kept
+
+
+def _row(row: int, request: str, answer: str, lengths: list[dict] | None) -> str:
+    messages = [{"role": "user", "content": request}, {"role": "assistant", "content": answer}]
+    record = {"row": row, "messages": messages}
+    if lengths is not None:
+        record["answers"] = lengths
+    return json.dumps(record) + "\n"
+
+
+def test_the_answer_report_counts_caps_refusals_empties_and_duplicates(tmp_path):
+    done, capped = {"tokens": 7, "finished": True}, {"tokens": 384, "finished": False}
+    path = tmp_path / "a.jsonl"
+    path.write_text(
+        _row(0, "Sort a list.", "Use sorted(xs).", [done])
+        + _row(1, "sort  a LIST.", "I'm sorry, but as an AI I cannot sort.", [capped])
+        + _row(2, "Write a poem.", "use SORTED(xs).", [done])  # a duplicate answer
+        + _row(3, "Say nothing.", "", [{"tokens": 0, "finished": True}])
+        + _row(4, "Older row.", "Written before lengths were recorded.", None)
+        + json.dumps({"row": 5, "text": "plain text is not counted"})
+        + "\n"
+    )
+    report = answer_report(path)
+    assert (report.rows, report.answers, report.answer_tokens) == (5, 5, 7 + 384 + 7 + 0)
+    assert (report.at_cap, report.unrecorded, report.empty, report.refusals) == (1, 1, 1, 1)
+    assert (report.duplicate_answers, report.duplicate_requests) == (1, 1)
+    assert "1 of 4 recorded answers stopped at the token cap" in report.summary()
+
+
+def test_the_report_is_kept_in_the_record_and_a_rerun_still_resumes(testbed_tiny, tmp_path):
+    source = write_chat_jsonl(tmp_path / "chat.jsonl", 4)
+    target = load_target(TargetSpec(path=str(testbed_tiny[0])), "cpu")
+    data = DataConfig(source=str(source))
+    out = tmp_path / "regen.jsonl"
+    config = RegenerateConfig(max_new_tokens=8, batch_size=2)
+    regenerate(target, data, out, config)
+    report = record_answer_report(out)
+    assert report.rows == report.answers == 4 and report.unrecorded == 0
+    assert 0 < report.answer_tokens <= 4 * 8
+    record = json.loads(output_record(out).read_text())
+    assert record["answers"] == report.to_dict() and record["written_by"] == "draftzoo regenerate"
+    assert regenerate(target, data, out, config)[0] == 0  # the record still claims the file
