@@ -11,6 +11,9 @@
 #   DATA      the data folder (runs/smollm2-data; its train.jsonl)
 #   RUNS      where shards and drafters go (runs)
 #   FMT       capture storage: float8_e4m3 (default, ~half of bfloat16) or bfloat16
+#   TARGET_DTYPE  the target's weights in the capture's forwards: bfloat16 (default; 3.2x the
+#             float32 forward on an AVX512-BF16 CPU, and FP8 storage rounds the states far more
+#             than bfloat16 does) or float32, as the recipes load it for training and eval
 #   FAMILIES  which, in order ("eagle3 eagle1 medusa1 mtp dflash draft_lm medusa2")
 #   STEPS     steps for every family instead of the recipes' (a smoke run: STEPS=2)
 #   SET_<stage>  more --set pairs for one run, e.g. SET_eagle3="eagle.draft_vocab_size=1024"
@@ -19,11 +22,13 @@ set -euo pipefail
 data=${DATA:-runs/smollm2-data}
 runs=${RUNS:-runs}
 fmt=${FMT:-float8_e4m3}
+target_dtype=${TARGET_DTYPE:-bfloat16}
 families=${FAMILIES:-eagle3 eagle1 medusa1 mtp dflash draft_lm medusa2}
-shards="$runs/smollm2-capture-$fmt"
+shards="$runs/smollm2-capture-$fmt-$target_dtype"
 common=(--set "data.source=$data/train.jsonl")
 draftzoo capture recipes/eagle3/smollm2-135m-instruct.yaml --dir "$shards" "${common[@]}" \
-    --set "capture.dtype=$fmt" --layer 2 --layer 15 --layer 27 --layer 28 --layer 30
+    --set "capture.dtype=$fmt" --set "target.dtype=$target_dtype" \
+    --layer 2 --layer 15 --layer 27 --layer 28 --layer 30
 train() {  # STAGE RECIPE_FAMILY OUT [--set pairs...]: one run, skipped when its drafter exists
     local stage=$1 recipe=$2 out=$3
     shift 3

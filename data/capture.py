@@ -7,9 +7,10 @@ never stored: `target_logits` recomputes them from the final post-norm state (HF
 the target's lm_head, as SpecForge does.
 
 Offline layout (`dir/`): `index.json` (layers in HF convention, dtype, bytes per token, target
-fingerprint, data hash, shards with their sample ranges, token counts and sha256) and
-`shard-00000.safetensors`…, each holding `hidden.<layer>` [tokens, hidden] (and for FP8
-`scale.<layer>` [tokens]) and `offsets` [samples + 1]. Shards are written
+fingerprint and the dtype its forwards ran in, data hash, shards with their sample ranges,
+token counts and sha256) and `shard-00000.safetensors`…, each holding `hidden.<layer>`
+[tokens, hidden] (and for FP8 `scale.<layer>` [tokens]) and `offsets` [samples + 1]. Shards
+are written
 to a temporary name and renamed, the index is rewritten atomically after each, and a restarted
 capture keeps every shard whose checksum matches.
 """
@@ -133,6 +134,8 @@ def capture_offline(
         "bytes_per_token": config.storage.bytes_per_token(adapter.hidden_size, sorted(set(layers))),
         "hidden_size": adapter.hidden_size,
         "target": adapter.fingerprint().to_dict(),
+        #: the weights' dtype in the forwards that produced the states
+        "target_dtype": str(next(adapter.model.parameters()).dtype).removeprefix("torch."),
         "data_hash": data_hash,
         "shard_samples": config.shard_samples,
         "num_samples": len(dataset),
@@ -184,9 +187,12 @@ def _shards_done(out_dir: Path, index_path: Path, header: dict) -> list[dict]:
         return []
     existing = json.loads(index_path.read_text())
     identity = {k: v for k, v in header.items() if k != "bytes_per_token"}  # derived
+    if "target_dtype" not in existing:  # an index written before the dtype was recorded
+        identity.pop("target_dtype")
     if {k: existing.get(k) for k in identity} != identity:
         raise CaptureError(
-            f"{out_dir} holds a capture of other data, layers or target; use another dir"
+            f"{out_dir} holds a capture of other data, layers or target (or of the target in "
+            "another dtype); use another dir"
         )
     shards = []
     for shard in existing["shards"]:

@@ -83,6 +83,15 @@ def test_capture_resumes_and_recaptures_a_corrupt_shard(setup):
     assert [s["sha256"] for s in again["shards"]] == [s["sha256"] for s in first["shards"]]
     with pytest.raises(CaptureError, match="other data, layers or target"):
         capture_offline(target, dataset, [1], out, config, key, 0)
+    # the dtype the target's forwards ran in is part of what a capture is
+    index = json.loads((out / "index.json").read_text())
+    assert index["target_dtype"] == "float32"
+    (out / "index.json").write_text(json.dumps({**index, "target_dtype": "bfloat16"}))
+    with pytest.raises(CaptureError, match="another dtype"):
+        capture_offline(target, dataset, [target.num_layers], out, config, key, 0)
+    index.pop("target_dtype")  # an index from before the dtype was recorded still resumes
+    (out / "index.json").write_text(json.dumps(index))
+    assert capture_offline(target, dataset, [target.num_layers], out, config, key, 0)["shards"]
 
 
 def test_offline_features_refuse_other_targets_data_and_layers(setup):
