@@ -10,9 +10,8 @@ Offline layout (`dir/`): `index.json` (layers in HF convention, dtype, bytes per
 fingerprint and the dtype its forwards ran in, data hash, shards with their sample ranges,
 token counts and sha256) and `shard-00000.safetensors`…, each holding `hidden.<layer>`
 [tokens, hidden] (and for FP8 `scale.<layer>` [tokens]) and `offsets` [samples + 1]. Shards
-are written
-to a temporary name and renamed, the index is rewritten atomically after each, and a restarted
-capture keeps every shard whose checksum matches.
+are written to a temporary name and renamed, the index is rewritten atomically after each, and
+a restarted capture keeps every shard whose checksum matches.
 """
 
 from __future__ import annotations
