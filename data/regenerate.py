@@ -33,6 +33,7 @@ from pathlib import Path
 import torch
 
 from ..architectures.defaults import ANSWER_MAX_NEW_TOKENS, TEMPERATURE
+from .answer_report import AnswerReport, answer_report
 from .conversations import RowReport, Sample, iter_rows, iter_samples
 from .errors import DataError
 from .loss_mask import render_chat
@@ -76,10 +77,8 @@ def output_record(output: Path) -> Path:
     return output.with_name(output.name + ".regenerate.json")
 
 
-def record_answer_report(output: Path):
+def record_answer_report(output: Path) -> AnswerReport:
     """Count what `output` holds (`answer_report`) and keep the counts in its record."""
-    from .answer_report import answer_report
-
     report = answer_report(output)
     record = output_record(output)
     kept = json.loads(record.read_text())
