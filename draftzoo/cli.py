@@ -314,6 +314,7 @@ def _eval_config(args: argparse.Namespace):
             certificate_samples=args.certificate_samples,
             certificate_prompts=args.certificate_prompts,
             tree_choices=args.tree_choices,
+            dtype=args.dtype,
             **_given_tree_options(args, names="eval"),
         )
     except ValueError as err:  # said before anything loads

@@ -467,6 +467,13 @@ def _add_zoo_commands(commands, handlers: Mapping[str, Callable]) -> None:
     )
     ev.add_argument("--seed", type=int, default=0)
     ev.add_argument("--device", help="cpu or cuda (default: cuda when available)")
+    ev.add_argument(
+        "--dtype",
+        choices=("float32", "bfloat16", "float16"),
+        default="float32",
+        help="the target's and drafter's weights (bfloat16 where the hardware has it: a CPU "
+        "with AVX512-BF16 or AMX, a GPU)",
+    )
     _add_cache_options(ev, "the target and the drafter, target-only and speculative alike")
     _add_certificate_options(ev, "--certificate-samples", "--certificate-prompts")
     _add_acceptance(ev)

@@ -108,6 +108,8 @@ def group_of(report: dict[str, Any]) -> str:
     )
     if cfg.get("static_cache"):
         label += "; static caches"
+    if cfg.get("dtype", "float32") != "float32":
+        label += f"; {cfg['dtype']} weights"
     if cfg.get("acceptance", "exact") != "exact":  # lossy rows are never ranked with exact ones
         label += f"; LOSSY {cfg['acceptance']} acceptance"
     return label

@@ -60,7 +60,7 @@ def measure_drafter(
     record = read_drafter_record(folder)
     check_teacher_forced(config, record["family"], folder)
     target_name = target_name or recorded_target(record)
-    target, tokenizer = load_target(target_name, device=device)
+    target, tokenizer = load_target(target_name, config.torch_dtype, device)
     adapts_target = family_spec(record["family"]).adapts_target
     if adapts_target:  # the original target's greedy answers, before the drafter changes it
         original = greedy_answers(target, tokenizer, config)
@@ -89,7 +89,7 @@ def measure_model_free(
     from ..architectures.defaults import COMMITTED_TARGET
 
     target_name = target_name or COMMITTED_TARGET
-    target, tokenizer = load_target(target_name, device=device)
+    target, tokenizer = load_target(target_name, config.torch_dtype, device)
     report = evaluate(target, tokenizer, runtime, config, target_name)
     output_dir = Path(output_dir or f"runs/eval-{runtime.family}")
     path = write_report(report, output_dir)
@@ -131,7 +131,7 @@ def certify_report(
     if not config.certificate_samples:
         raise ConfigError("draftzoo certify: --samples must be >= 1")
     record = read_drafter_record(folder)
-    target, tokenizer = load_target(target_name or recorded_target(record))
+    target, tokenizer = load_target(target_name or recorded_target(record), config.torch_dtype)
     runtime = load_as_configured(folder, target, tokenizer, config, record)
     measured_prompts = load_prompts(config)[1:]
     report["certificate"] = certificate_of(target, tokenizer, runtime, config, measured_prompts)

@@ -301,7 +301,8 @@ def _measured_section(report: dict[str, Any], plots: list[str]) -> list[str]:
         "",
         f"Prompts: {', '.join(cfg['prompt_sets'])} — {report['results'][0]['prompts']} prompts "
         f"(after one warm-up), {cfg['max_new_tokens']} new tokens, "
-        f"{'chat template' if cfg['chat'] else 'raw text'}, {cfg['repeats']} repeat(s); "
+        f"{'chat template' if cfg['chat'] else 'raw text'}, {cfg['repeats']} repeat(s), "
+        f"target and drafter in {cfg.get('dtype', 'float32')}; "
         "target-only and speculative decoding interleaved in one process. tau = tokens "
         "committed per target forward (bonus token included).",
         "",

@@ -60,6 +60,10 @@ REPORT_VERSION = 1
 PROPOSALS = ("chain", "tree", "hybrid", "hybrid-tree")
 
 
+#: the dtypes an evaluation loads the target (and the drafter) in
+EVAL_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
 @dataclass(frozen=True)
 class EvalConfig:
     """What `draftzoo eval` measures."""
@@ -104,6 +108,9 @@ class EvalConfig:
     #: prompt; 0 = none (publish then refuses the report)
     certificate_samples: int = CertificateConfig.samples
     certificate_prompts: int = CertificateConfig.prompts  # the first evaluation prompts
+    #: the target's weights, and so the drafter's: "float32", or "bfloat16" / "float16" where
+    #: the hardware multiplies them natively (a CPU with AVX512-BF16 or AMX, a GPU)
+    dtype: str = "float32"
 
     def __post_init__(self) -> None:
         if self.tree_choices is not None:  # a report's lists back to tuples; checked here
@@ -129,6 +136,8 @@ class EvalConfig:
             raise ValueError(f"seed must be in [0, 2**62), got {self.seed}")
         if self.certificate_samples < 0 or self.certificate_prompts < 1:
             raise ValueError("certificate samples must be >= 0 and certificate prompts >= 1")
+        if self.dtype not in EVAL_DTYPES:
+            raise ValueError(f"dtype must be one of {sorted(EVAL_DTYPES)}, got {self.dtype!r}")
         if self.position_edges and not self.teacher_forced:
             raise ValueError(
                 "position_edges split the teacher-forced scores: also set teacher_forced "
@@ -151,6 +160,11 @@ class EvalConfig:
         if not self.certificate_samples:
             return None
         return CertificateConfig(prompts=self.certificate_prompts, samples=self.certificate_samples)
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        """The weights' dtype as torch names it."""
+        return EVAL_DTYPES[self.dtype]
 
     @property
     def cache(self) -> CacheSettings:
@@ -749,7 +763,7 @@ def summary_text(report: dict[str, Any]) -> str:
     ck, cfg = report["checkpoint"], report["config"]
     lines = [
         f"drafter   {ck['path']}  ({ck['family']}, sha256 {(ck['sha256'] or 'none')[:16]})",
-        f"target    {report['target']['name']}",
+        f"target    {report['target']['name']} ({cfg.get('dtype', 'float32')})",
         f"prompts   {', '.join(cfg['prompt_sets'])}: {report['results'][0]['prompts']} "
         f"(+1 warm-up), {cfg['max_new_tokens']} new tokens, {cfg['repeats']} repeat(s)",
         *_heldout_line(report),

@@ -11,7 +11,7 @@ import pytest
 from draftzoo.data.prompts import PromptSetError, load_prompt_set
 from draftzoo.eval.plots import crossover, plot_report
 from draftzoo.eval.runner import EvalConfig, evaluate, summary_text, write_report
-from draftzoo.inference.load import load_drafter
+from draftzoo.inference.load import load_drafter, load_target
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -131,6 +131,38 @@ def test_config_rejects_contradictions():
         EvalConfig(proposal="beam")
     with pytest.raises(ValueError, match="batch sizes"):
         EvalConfig(batch_sizes=(0,))
+    with pytest.raises(ValueError, match="dtype must be one of"):
+        EvalConfig(dtype="int8")
+
+
+def test_an_eval_in_bfloat16_loads_both_models_so_and_says_so(
+    tiny_drafters, testbed_tiny, tmp_path
+):
+    """`--dtype bfloat16`: the target and the drafter run in bfloat16, the report, its summary
+    and the leaderboard's group say so; an older report without the field reads as float32."""
+    from draftzoo.cli import main
+    from draftzoo.eval.leaderboard import group_of
+    from draftzoo.eval.model_card import render_card
+
+    out = tmp_path / "eval"
+    argv = [
+        *("eval", str(tiny_drafters["eagle3"]), "--target", str(testbed_tiny[0])),
+        *("--prompts", "2", "--max-new-tokens", "12", "--temperatures", "0"),
+        *("--num-speculative-tokens", "3", "--certificate-samples", "0"),
+        *("--dtype", "bfloat16", "--device", "cpu", "--output-dir", str(out)),
+    ]
+    assert main(argv) == 0
+    report = json.loads((out / "report.json").read_text())
+    assert report["config"]["dtype"] == "bfloat16"
+    model, _ = load_target(str(testbed_tiny[0]))
+    weights = sum(p.numel() for p in model.parameters())
+    assert 2 * weights <= report["memory"]["target_bytes"] < 3 * weights  # two bytes a weight
+    assert "(bfloat16)" in summary_text(report)
+    older = {**report, "config": {k: v for k, v in report["config"].items() if k != "dtype"}}
+    assert group_of(report) == group_of(older) + "; bfloat16 weights"
+    assert EvalConfig.from_report(older).dtype == "float32"
+    record = {"family": "eagle3", "training": {}}
+    assert "target and drafter in bfloat16" in render_card("x", record, report, [], "train")
 
 
 def test_teacher_forced_reports_split_the_first_step_by_draft_position(
