@@ -109,7 +109,7 @@ SMOLLM2_DATA = "runs/smollm2-data"
 
 
 def _smollm2_stage(family: str, recipe_family: str | None = None, *overrides: str) -> Stage:
-    folder = f"{family}-{SMOLLM2_NAME}"
+    folder = f"{family.replace('_', '-')}-{SMOLLM2_NAME}"  # as the recipes name them
     recipe = f"{recipe_family or family}/{SMOLLM2_NAME}.yaml"
     return Stage(folder, recipe, overrides, zoo_name=folder)
 

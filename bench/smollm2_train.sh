@@ -54,7 +54,7 @@ for family in $families; do
         train medusa2_heads medusa1 "$heads" "${offline[@]}" --set train.max_steps=950
         train medusa2 medusa2 "$runs/medusa2-smollm2-135m-instruct" --set "init_heads=$heads"
     else
-        train "$family" "$family" "$runs/$family-smollm2-135m-instruct" "${offline[@]}"
+        train "$family" "$family" "$runs/${family//_/-}-smollm2-135m-instruct" "${offline[@]}"
     fi
 done
 echo done
