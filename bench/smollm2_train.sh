@@ -26,9 +26,11 @@ target_dtype=${TARGET_DTYPE:-bfloat16}
 families=${FAMILIES:-eagle3 eagle1 medusa1 mtp dflash draft_lm medusa2}
 shards="$runs/smollm2-capture-$fmt-$target_dtype"
 common=(--set "data.source=$data/train.jsonl")
+captured=$(date +%s)
 draftzoo capture recipes/eagle3/smollm2-135m-instruct.yaml --dir "$shards" "${common[@]}" \
     --set "capture.dtype=$fmt" --set "target.dtype=$target_dtype" \
     --layer 2 --layer 15 --layer 27 --layer 28 --layer 30
+echo "capture: $(($(date +%s) - captured)) s (a rerun that finds every shard done: seconds)"
 train() {  # STAGE RECIPE_FAMILY OUT [--set pairs...]: one run, skipped when its drafter exists
     local stage=$1 recipe=$2 out=$3
     shift 3
