@@ -16,6 +16,8 @@ COMMITTED_TARGET = "testbed-small"
 MAX_NEW_TOKENS = 128
 #: 0 = greedy decoding
 TEMPERATURE = 0.0
+#: the dtypes a target (and the drafter that follows it) may be loaded in
+TARGET_DTYPE_NAMES = ("float32", "bfloat16", "float16")
 #: draft tokens per round of a fixed-length chain when nothing else is published
 NUM_SPECULATIVE_TOKENS = 4
 #: positions a static KV cache holds (prompt and new tokens) when nobody says how many

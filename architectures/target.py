@@ -25,7 +25,11 @@ from typing import Any
 import torch
 from torch import nn
 
+from .defaults import TARGET_DTYPE_NAMES
 from .errors import DraftzooError
+
+#: `TARGET_DTYPE_NAMES` as torch dtypes
+TARGET_DTYPES = {name: getattr(torch, name) for name in TARGET_DTYPE_NAMES}
 
 
 class TargetError(DraftzooError, ValueError):

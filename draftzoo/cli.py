@@ -482,9 +482,9 @@ def _target_convert(args: argparse.Namespace) -> int:
 
 
 def _user_turns(args: argparse.Namespace) -> int:
+    from draftzoo.architectures.target import TARGET_DTYPES
     from draftzoo.data.user_turns import UserTurnConfig, synthesize_user_turns
     from draftzoo.inference.load import load_target
-    from draftzoo.train.setup import TORCH_DTYPES
 
     config = UserTurnConfig(
         count=args.count,
@@ -496,7 +496,7 @@ def _user_turns(args: argparse.Namespace) -> int:
         seed=args.seed,
         system=args.system,
     )
-    dtype = TORCH_DTYPES[args.dtype]
+    dtype = TARGET_DTYPES[args.dtype]
     model, tokenizer = load_target(args.target, dtype=dtype, device=_device(args.device))
     report = synthesize_user_turns(model, tokenizer, args.output, config)
     print(f"{args.output}: {report.summary()}")

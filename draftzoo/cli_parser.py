@@ -18,6 +18,7 @@ from draftzoo.architectures.defaults import (
     MAX_CACHE_LENGTH,
     MAX_NEW_TOKENS,
     NUM_SPECULATIVE_TOKENS,
+    TARGET_DTYPE_NAMES,
     TEMPERATURE,
 )
 
@@ -390,7 +391,7 @@ def _add_user_turns_command(commands, handlers: Mapping[str, Callable]) -> None:
     turns.add_argument("--device", help="cpu or cuda (default: cuda when available)")
     turns.add_argument(
         "--dtype",
-        choices=("float32", "bfloat16", "float16"),
+        choices=TARGET_DTYPE_NAMES,
         default="float32",
         help="the target's weights while sampling (bfloat16: ~1.8x faster on CPUs with "
         "AVX512-BF16)",
@@ -469,7 +470,7 @@ def _add_zoo_commands(commands, handlers: Mapping[str, Callable]) -> None:
     ev.add_argument("--device", help="cpu or cuda (default: cuda when available)")
     ev.add_argument(
         "--dtype",
-        choices=("float32", "bfloat16", "float16"),
+        choices=TARGET_DTYPE_NAMES,
         default="float32",
         help="the target's and drafter's weights (bfloat16 where the hardware has it: a CPU "
         "with AVX512-BF16 or AMX, a GPU)",

@@ -37,7 +37,7 @@ from ..architectures.config_io import ConfigError
 from ..architectures.defaults import MAX_CACHE_LENGTH, MAX_NEW_TOKENS, NUM_SPECULATIVE_TOKENS
 from ..architectures.drafter_io import checkpoint_hash
 from ..architectures.families import family_spec, family_specs
-from ..architectures.target import TargetAdapter
+from ..architectures.target import TARGET_DTYPES, TargetAdapter
 from ..data.dedupe import TrainingText, training_text
 from ..data.prompts import Prompt, PromptSetError, load_prompt_set
 from ..inference.batch import BatchGenerator
@@ -58,10 +58,6 @@ REPORT_VERSION = 1
 
 #: what `EvalConfig.proposal` may be
 PROPOSALS = ("chain", "tree", "hybrid", "hybrid-tree")
-
-
-#: the dtypes an evaluation loads the target (and the drafter) in
-EVAL_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 @dataclass(frozen=True)
@@ -136,8 +132,8 @@ class EvalConfig:
             raise ValueError(f"seed must be in [0, 2**62), got {self.seed}")
         if self.certificate_samples < 0 or self.certificate_prompts < 1:
             raise ValueError("certificate samples must be >= 0 and certificate prompts >= 1")
-        if self.dtype not in EVAL_DTYPES:
-            raise ValueError(f"dtype must be one of {sorted(EVAL_DTYPES)}, got {self.dtype!r}")
+        if self.dtype not in TARGET_DTYPES:
+            raise ValueError(f"dtype must be one of {sorted(TARGET_DTYPES)}, got {self.dtype!r}")
         if self.position_edges and not self.teacher_forced:
             raise ValueError(
                 "position_edges split the teacher-forced scores: also set teacher_forced "
@@ -164,7 +160,7 @@ class EvalConfig:
     @property
     def torch_dtype(self) -> torch.dtype:
         """The weights' dtype as torch names it."""
-        return EVAL_DTYPES[self.dtype]
+        return TARGET_DTYPES[self.dtype]
 
     @property
     def cache(self) -> CacheSettings:

@@ -10,13 +10,11 @@ import torch
 
 from ..architectures.config_io import ConfigError
 from ..architectures.defaults import COMMITTED_TARGET, data_cache_dir, recipes_dir, target_location
-from ..architectures.target import TargetAdapter
+from ..architectures.target import TARGET_DTYPES, TargetAdapter
 from ..data.token_dataset import DataConfig, build_token_dataset
 from .recipe_config import TargetSpec
 
 logger = logging.getLogger(__name__)
-
-TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 def work_dir_of(recipe) -> Path:
@@ -58,9 +56,11 @@ def target_path(spec: TargetSpec) -> str:
 
 def load_target(spec: TargetSpec, device) -> TargetAdapter:
     """The frozen target (eval mode, no gradients) on `device`."""
-    if spec.dtype not in TORCH_DTYPES:
-        raise ConfigError(f"target.dtype must be one of {sorted(TORCH_DTYPES)}, got {spec.dtype!r}")
-    adapter = TargetAdapter.from_pretrained(target_path(spec), dtype=TORCH_DTYPES[spec.dtype])
+    if spec.dtype not in TARGET_DTYPES:
+        raise ConfigError(
+            f"target.dtype must be one of {sorted(TARGET_DTYPES)}, got {spec.dtype!r}"
+        )
+    adapter = TargetAdapter.from_pretrained(target_path(spec), dtype=TARGET_DTYPES[spec.dtype])
     adapter.to(device).eval()
     adapter.requires_grad_(False)
     if adapter.tokenizer.pad_token_id is None and adapter.tokenizer.eos_token_id is not None:
