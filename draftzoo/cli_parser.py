@@ -34,6 +34,16 @@ def _add_acceptance(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_dtype(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument(
+        "--dtype",
+        choices=TARGET_DTYPE_NAMES,
+        default="float32",
+        help=f"{what} (bfloat16 where the hardware multiplies it natively: a CPU with "
+        "AVX512-BF16 or AMX, a GPU)",
+    )
+
+
 def _add_certificate_options(parser: argparse.ArgumentParser, samples: str, prompts: str) -> None:
     """The losslessness certificate's size (defaults: `CertificateConfig`)."""
     parser.add_argument(
@@ -389,13 +399,7 @@ def _add_user_turns_command(commands, handlers: Mapping[str, Callable]) -> None:
     turns.add_argument("--seed", type=int, default=0)
     turns.add_argument("--system", help="the system turn (default: the template's own)")
     turns.add_argument("--device", help="cpu or cuda (default: cuda when available)")
-    turns.add_argument(
-        "--dtype",
-        choices=TARGET_DTYPE_NAMES,
-        default="float32",
-        help="the target's weights while sampling (bfloat16: ~1.8x faster on CPUs with "
-        "AVX512-BF16)",
-    )
+    _add_dtype(turns, "the target's weights while sampling")
     turns.set_defaults(func=handlers["user_turns"])
 
 
@@ -468,13 +472,7 @@ def _add_zoo_commands(commands, handlers: Mapping[str, Callable]) -> None:
     )
     ev.add_argument("--seed", type=int, default=0)
     ev.add_argument("--device", help="cpu or cuda (default: cuda when available)")
-    ev.add_argument(
-        "--dtype",
-        choices=TARGET_DTYPE_NAMES,
-        default="float32",
-        help="the target's and drafter's weights (bfloat16 where the hardware has it: a CPU "
-        "with AVX512-BF16 or AMX, a GPU)",
-    )
+    _add_dtype(ev, "the target's and drafter's weights")
     _add_cache_options(ev, "the target and the drafter, target-only and speculative alike")
     _add_certificate_options(ev, "--certificate-samples", "--certificate-prompts")
     _add_acceptance(ev)
