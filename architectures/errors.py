@@ -14,3 +14,7 @@ class DraftzooError(Exception):
 
 class ExportError(DraftzooError, ValueError):
     """A drafter that cannot be written in the asked format (`architectures/export.py`)."""
+
+
+class TargetError(DraftzooError, ValueError):
+    """The model cannot serve as a target, or a hidden-state index does not exist."""

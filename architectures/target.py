@@ -26,14 +26,10 @@ import torch
 from torch import nn
 
 from .defaults import TARGET_DTYPE_NAMES
-from .errors import DraftzooError
+from .errors import DraftzooError, TargetError
 
 #: `TARGET_DTYPE_NAMES` as torch dtypes
 TARGET_DTYPES = {name: getattr(torch, name) for name in TARGET_DTYPE_NAMES}
-
-
-class TargetError(DraftzooError, ValueError):
-    """The model cannot serve as a target, or a hidden-state index does not exist."""
 
 
 class FingerprintMismatchError(DraftzooError, ValueError):
