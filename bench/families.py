@@ -4,7 +4,8 @@
     python bench/families.py --phase train         # resumable: rerun the same command
     python bench/families.py --phase eval --threads 2
     python bench/families.py --phase board --output-dir bench/results/families-cpu
-    python bench/families.py --target smollm2-135m-instruct --work runs --phase eval
+    python bench/families.py --target smollm2-135m-instruct --work runs --phase eval \
+        --threads 2 --certificate-later     # then --phase certify, --phase board
 
 `--target testbed-small` (the default) is described below. `--target smollm2-135m-instruct`:
 the SmolLM2 recipes (1,100 steps x 4 rows x 512 positions each; Medusa-2 950 heads-only
@@ -29,7 +30,9 @@ speculative interleaved prompt by prompt, certificate included), chain and, wher
 has them, trees and hybrid trees (its tree with suffix decoding's branches); prompt lookup and
 suffix decoding (chain and tree) the same way; transformers' assisted generation with the draft
 LM beside draftzoo's target-only, interleaved. Reports go to <work>/reports/<row>/; a row
-already measured is kept (so the phase resumes too).
+already measured is kept (so the phase resumes too). `--certificate-later` leaves the
+certificates out, so that every timed row fits in one sitting; `--phase certify` then adds
+them (untimed; any sitting, resumable), serving each row as its report did.
 Board: `draftzoo.eval.leaderboard` over those reports and the reference rows.
 Ship (only when asked, `--phase ship`): each family's best measured row (T = 0 speedup, chain
 or tree) is published into the shipped zoo under the family's zoo name, with its report.
@@ -43,13 +46,13 @@ import os
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
 
 from draftzoo.architectures.defaults import recipes_dir
-from draftzoo.architectures.drafter_io import read_drafter_record
+from draftzoo.architectures.drafter_io import checkpoint_hash, read_drafter_record
 from draftzoo.train.registry import load_recipe
 
 ZOO = recipes_dir() / "zoo"
@@ -252,11 +255,12 @@ def train(work: Path, families: list[str], retrain: bool) -> None:
             print(f"[train] {stage.folder} done in {time.time() - began:.0f} s", flush=True)
 
 
-def eval_config(proposal: str, chain: int = 4):
-    """The leaderboard's measurement: the zoo cards' prompts, batch 1, one repeat."""
+def eval_config(proposal: str, chain: int = 4, certificate: bool = True):
+    """The leaderboard's measurement: the zoo cards' prompts, batch 1, one repeat (without the
+    certificate when `certificate` is False: `--phase certify` adds it later)."""
     from draftzoo.eval.runner import EvalConfig
 
-    return EvalConfig(
+    config = EvalConfig(
         prompt_sets=PROFILE.prompt_sets,
         heldout_from=PROFILE.heldout_from,
         max_prompts=12,
@@ -265,51 +269,70 @@ def eval_config(proposal: str, chain: int = 4):
         proposal=proposal,
         num_speculative_tokens=chain,
     )
+    return config if certificate else replace(config, certificate_samples=0)
 
 
-def measure(work: Path, families: list[str]) -> None:
-    """Every trained drafter (chain, and tree where it has them) and the reference rows."""
-    from draftzoo.eval.runner import evaluate, write_report
-    from draftzoo.inference.load import load_drafter, load_target
+@dataclass(frozen=True)
+class Row:
+    """One leaderboard row this script measures: a trained drafter or a model-free proposer."""
 
-    reports = work / "reports"
+    name: str  # its report's folder under <work>/reports
+    proposal: str
+    chain: int = 4
+    drafter: Path | None = None  # None: model-free (the name says which)
+
+
+def rows_of(work: Path, families: list[str]) -> list[Row]:
+    """Every trained drafter (chain, and tree and hybrid where it has them), then prompt
+    lookup and suffix decoding (chain and tree)."""
+    rows = []
     for family in families:
         drafter, source = drafter_of(family, work, retrain=False)
         if drafter is None:
             print(f"[eval] {family}: {source}; skipped", flush=True)
             continue
         for proposal in ("chain", "tree", "hybrid") if family in TREES else ("chain",):
-            out = reports / f"{family}-{proposal}"
-            if (out / "report.json").is_file():
-                continue
-            target, tokenizer = load_target(PROFILE.target)  # fresh: Medusa-2 adapts it
-            config = eval_config(proposal, CHAIN_LENGTH.get(family, 4))
-            runtime = load_drafter(
-                drafter, target, tokenizer, proposal, config.num_speculative_tokens, config.tree
-            )
-            print(f"[eval] {family} {proposal}: {drafter}", flush=True)
-            report = evaluate(target, tokenizer, runtime, config, PROFILE.target)
-            write_report(report, out)
-    if not (reports / "prompt-lookup-chain" / "report.json").is_file():
-        from draftzoo.inference.load import prompt_lookup_runtime
+            chain = CHAIN_LENGTH.get(family, 4)
+            rows.append(Row(f"{family}-{proposal}", proposal, chain, drafter))
+    rows.append(Row("prompt-lookup-chain", "chain"))
+    rows += [Row("suffix-chain", "chain"), Row("suffix-tree", "tree")]
+    return rows
 
-        target, tokenizer = load_target(PROFILE.target)
-        config = eval_config("chain")
-        runtime = prompt_lookup_runtime(config.num_speculative_tokens)
-        print("[eval] prompt lookup", flush=True)
-        report = evaluate(target, tokenizer, runtime, config, PROFILE.target)
-        write_report(report, reports / "prompt-lookup-chain")
-    for tree in (False, True):
-        out = reports / f"suffix-{'tree' if tree else 'chain'}"
-        if not (out / "report.json").is_file():
-            from draftzoo.inference.load import suffix_runtime
-            from draftzoo.inference.suffix import SuffixSettings
 
-            target, tokenizer = load_target(PROFILE.target)
-            config = eval_config("tree" if tree else "chain")
-            runtime = suffix_runtime(config.num_speculative_tokens, SuffixSettings(tree=tree))
-            print(f"[eval] suffix decoding ({'tree' if tree else 'chain'})", flush=True)
-            write_report(evaluate(target, tokenizer, runtime, config, PROFILE.target), out)
+def load_row(row: Row, config):
+    """A fresh target (Medusa-2 adapts it), its tokenizer and the row's runtime."""
+    from draftzoo.inference.load import (
+        load_drafter,
+        load_target,
+        prompt_lookup_runtime,
+        suffix_runtime,
+    )
+    from draftzoo.inference.suffix import SuffixSettings
+
+    target, tokenizer = load_target(PROFILE.target, config.torch_dtype)
+    n = config.num_speculative_tokens
+    if row.drafter is not None:
+        runtime = load_drafter(row.drafter, target, tokenizer, row.proposal, n, config.tree)
+    elif row.name.startswith("prompt-lookup"):
+        runtime = prompt_lookup_runtime(n)
+    else:
+        runtime = suffix_runtime(n, SuffixSettings(tree=row.proposal == "tree"))
+    return target, tokenizer, runtime
+
+
+def measure(work: Path, families: list[str], certificate: bool) -> None:
+    """Every row not measured yet, then transformers' assisted generation with the draft LM."""
+    from draftzoo.eval.runner import evaluate, write_report
+
+    reports = work / "reports"
+    for row in rows_of(work, families):
+        out = reports / row.name
+        if (out / "report.json").is_file():
+            continue
+        config = eval_config(row.proposal, row.chain, certificate)
+        target, tokenizer, runtime = load_row(row, config)
+        print(f"[eval] {row.name}: {row.drafter or 'model-free'}", flush=True)
+        write_report(evaluate(target, tokenizer, runtime, config, PROFILE.target), out)
     draft_lm, _ = drafter_of("draft_lm", work, retrain=False)
     references = work / "references.json"
     if draft_lm is not None and not references.is_file():
@@ -320,6 +343,31 @@ def measure(work: Path, families: list[str]) -> None:
             draft_lm, eval_config("chain"), _any_report(reports), target_name=PROFILE.target
         )
         references.write_text(json.dumps(rows, indent=1) + "\n")
+
+
+def certify(work: Path, families: list[str]) -> None:
+    """The losslessness certificate for every measured row whose report has none, served as
+    its report was (untimed: it may run in another sitting than the timed phase)."""
+    from draftzoo.eval.certificate import describe
+    from draftzoo.eval.runner import EvalConfig, certificate_of, load_prompts, write_report
+
+    for row in rows_of(work, families):
+        path = work / "reports" / row.name / "report.json"
+        report = json.loads(path.read_text()) if path.is_file() else {}
+        if not report or report.get("certificate"):
+            continue
+        measured = EvalConfig.from_report(report)
+        config = replace(measured, certificate_samples=eval_config("chain").certificate_samples)
+        target, tokenizer, runtime = load_row(row, config)
+        if row.drafter is not None and report["checkpoint"]["sha256"] != checkpoint_hash(
+            row.drafter
+        ):
+            sys.exit(f"families: {path} measured another checkpoint than {row.drafter}")
+        prompts = load_prompts(config)[1:]
+        report["certificate"] = certificate_of(target, tokenizer, runtime, config, prompts)
+        report["config"] = asdict(config)
+        write_report(report, path.parent)
+        print(f"[certify] {row.name}: {describe(report['certificate'])}", flush=True)
 
 
 def _any_report(reports: Path) -> dict:
@@ -375,13 +423,18 @@ def ship(work: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--work", type=Path, default=Path("runs/families"))
-    phases = ("all", "train", "eval", "board", "ship")
+    phases = ("all", "train", "eval", "certify", "board", "ship")
     parser.add_argument("--phase", choices=phases, default="all", help="all: train, eval, board")
     parser.add_argument("--target", choices=sorted(PROFILES), default=TESTBED.target)
     parser.add_argument("--family", action="append", choices=sorted(TESTBED.families))
     parser.add_argument("--retrain", action="store_true", help="train even what the zoo holds")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = default)")
     parser.add_argument("--output-dir", type=Path, help="the board's folder (default: --work)")
+    parser.add_argument(
+        "--certificate-later",
+        action="store_true",
+        help="eval: the timed rows only (one sitting); `--phase certify` adds the certificates",
+    )
     args = parser.parse_args()
     global PROFILE, FAMILIES
     PROFILE = PROFILES[args.target]
@@ -394,7 +447,9 @@ def main() -> None:
     if args.phase in ("all", "train"):
         train(work, families, args.retrain)
     if args.phase in ("all", "eval"):
-        measure(work, families)
+        measure(work, families, certificate=not args.certificate_later)
+    if args.phase == "certify":
+        certify(work, families)
     if args.phase in ("all", "board"):
         board(work, args.output_dir or work)
     if args.phase == "ship":
