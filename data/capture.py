@@ -72,10 +72,16 @@ def capture_batch(
     return {index: storage.round(out.hidden_states[index]) for index in layers}
 
 
+def target_head_logits(adapter, final_hidden: torch.Tensor) -> torch.Tensor:
+    """Target logits [.., vocab] from the final post-norm hidden state, in the head's compute
+    dtype (bfloat16 under bfloat16 autocast)."""
+    head = adapter.lm_head
+    return head(final_hidden.to(head.weight.dtype))
+
+
 def target_logits(adapter, final_hidden: torch.Tensor) -> torch.Tensor:
     """Target logits [.., vocab] (float32) from the final post-norm hidden state."""
-    head = adapter.lm_head
-    return head(final_hidden.to(head.weight.dtype)).float()
+    return target_head_logits(adapter, final_hidden).float()
 
 
 class OnlineFeatures:

@@ -8,7 +8,7 @@ from typing import ClassVar
 import torch
 
 from ..architectures.acceptance_length import simulated_acceptance_length
-from ..data.capture import target_logits
+from ..data.capture import target_head_logits
 from ..data.draft_vocab import build_vocab_map, count_supervised_tokens, coverage
 from ..data.repeats import repeated_bigrams
 from .eagle_losses import (
@@ -27,7 +27,7 @@ def eagle_loss_sums(config, drafter, module, target, states, batch, split_repeat
     bare drafter; `split_repeats` adds the first step's repeated/fresh accuracy (only logged
     steps need it); `chunk`: rows projected to the vocabulary at once."""
     final = states[target.num_layers]
-    teacher_head = partial(target_logits, target)
+    teacher_head = partial(target_head_logits, target)
     clean = torch.cat([states[layer] for layer in module.layers], dim=-1)
     clean = clean.to(module.fc.weight.dtype)
     fused = noisy(clean, config.feature_noise, drafter.training)

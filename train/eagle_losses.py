@@ -34,6 +34,7 @@ import torch.nn.functional as F
 from ..architectures.eagle import shift
 from ..data.batching import Batch
 from .chunked_loss import rowwise
+from .teacher_reads import read_teacher, read_teacher_once
 
 Stats = dict[str, torch.Tensor]  # name -> [sum, count]
 
@@ -142,26 +143,25 @@ def feature_alignment(hidden: torch.Tensor, wanted: torch.Tensor) -> torch.Tenso
     ).mean(-1)
 
 
-def _token_loss(logits, target, wanted, t2d, token_loss: str) -> torch.Tensor:
+def _token_loss(logits, wanted, target, log_norm, t2d, token_loss: str) -> torch.Tensor:
     """One step's token loss per position: the soft CE against the target's distribution over
-    the draft vocabulary (0 where the target's argmax is outside it), or with
-    `token_loss="tvd"` the rejection probability."""
+    the draft vocabulary (0 where the target's argmax `wanted` is outside it), or with
+    `token_loss="tvd"` the rejection probability (`target`: the target's logits on the draft
+    vocabulary, `log_norm` their log-normaliser over the whole vocabulary)."""
     if token_loss == "tvd":
-        return rejection(logits, torch.softmax(target, dim=-1)[:, t2d])
-    ce = soft_ce(logits, torch.softmax(target[:, t2d], dim=-1))
+        return rejection(logits, torch.exp(target - log_norm[:, None]))
+    ce = soft_ce(logits, torch.softmax(target, dim=-1))
     return torch.where(t2d[wanted], ce, torch.zeros_like(ce))
 
 
-def _draft_token_rows(head, teacher_head, d2t, t2d, token_loss: str, hidden, final):
+def _draft_token_rows(head, d2t, t2d, token_loss: str, hidden, wanted, target, log_norm):
     """(token loss, top-1 hit) per position of one EAGLE-3 step, from its states and the
-    target's final states one position ahead (`rowwise`'s row function)."""
+    target's reads one position ahead (`rowwise`'s row function)."""
     logits = head(hidden)
     with torch.no_grad():
-        target = teacher_head(final).float()
-        wanted = target.argmax(-1)
         draft_ids = logits.argmax(-1)
         correct = draft_ids + d2t[draft_ids] == wanted
-    return _token_loss(logits, target, wanted, t2d, token_loss), correct
+    return _token_loss(logits, wanted, target, log_norm, t2d, token_loss), correct
 
 
 def _final_regression(hidden, wanted_state, head_norm) -> torch.Tensor:
@@ -169,6 +169,24 @@ def _final_regression(hidden, wanted_state, head_norm) -> torch.Tensor:
     return F.smooth_l1_loss(head_norm(hidden).float(), wanted_state.float(), reduction="none").mean(
         -1
     )
+
+
+def _step_token_rows(head, teacher_head, d2t, t2d, token_loss: str, final, chunk):
+    """`(j, hidden, real) -> (token loss, top-1 hit)` per position of TTT step j, the target
+    read once for every step where that costs no more memory than a chunk (`teacher_reads`)."""
+    token_rows = partial(_draft_token_rows, head, d2t, t2d, token_loss)
+    tvd = token_loss == "tvd"
+    once = read_teacher_once(teacher_head, final, t2d, tvd, chunk, t2d.numel())
+
+    def rows_from_final(hidden: torch.Tensor, final_rows: torch.Tensor):
+        return token_rows(hidden, *read_teacher(teacher_head, final_rows, t2d, tvd))
+
+    def step(j: int, hidden: torch.Tensor, real: torch.Tensor):
+        if once is None:  # each step projects its own rows
+            return rowwise(rows_from_final, (hidden, ahead(final, 1 + j, real)), chunk)
+        return rowwise(token_rows, (hidden, *(ahead(read, 1 + j, real) for read in once)), chunk)
+
+    return step
 
 
 def eagle3_loss_sums(
@@ -198,13 +216,13 @@ def eagle3_loss_sums(
     if final_feature_weight and head_norm is None:
         raise ValueError("final_feature_weight needs the target's final norm")
 
-    token_rows = partial(_draft_token_rows, head, teacher_head, d2t, t2d, token_loss)
+    step_tokens = _step_token_rows(head, teacher_head, d2t, t2d, token_loss, final, chunk)
     loss = torch.zeros((), device=final.device)
     stats: Stats = {}
     aligned = torch.zeros((), device=final.device)
     regressed = torch.zeros((), device=final.device)
     for j, (hidden, real) in enumerate(zip(outputs, select, strict=True)):
-        tokens, correct = rowwise(token_rows, (hidden, ahead(final, 1 + j, real)), chunk)
+        tokens, correct = step_tokens(j, hidden, real)
         loss = loss + (decay**j) * tokens.sum()
         if feature_weight:
             alignment = feature_alignment(hidden, ahead(fused, 1 + j, real).detach()).sum()

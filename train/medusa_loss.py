@@ -12,15 +12,17 @@ positions (as EAGLE's first step), so the weights keep their meaning as more hea
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
 
 from ..architectures.acceptance_length import simulated_acceptance_length
-from ..data.capture import target_logits
+from ..data.capture import target_head_logits
 from .chunked_loss import rowwise
 from .eagle_losses import ahead, real_positions
+from .teacher_reads import read_teacher, read_teacher_once
 
 HEAD_TARGETS = ("data", "distill")
 
@@ -49,17 +51,23 @@ def head_loss(kind: str, logits: torch.Tensor, data_tokens, teacher_logits) -> t
 
 def draft_head_loss(kind, heads, logits, data_tokens, teacher_logits, wanted) -> torch.Tensor:
     """`head_loss` of draft-vocabulary logits [n, V'] per position (`heads`: the bare
-    `MedusaHeads`).
+    `MedusaHeads`), against the teacher's logits on the whole vocabulary."""
+    kept = teacher_logits if heads.token_map is None else teacher_logits[:, heads.token_map]
+    return kept_head_loss(kind, heads, logits, data_tokens, kept, wanted)
+
+
+def kept_head_loss(kind, heads, logits, data_tokens, kept_teacher, wanted) -> torch.Tensor:
+    """`draft_head_loss` with the teacher's logits already on the draft vocabulary
+    (`kept_teacher`; unread for `data`).
 
     Truncated heads, as EAGLE-3's pruned vocabulary: only positions whose token (the data's
     for `data`, the target's greedy one for `distill`) the draft vocabulary holds count (the
     others are 0), and the teacher's distribution is renormalised over the draft vocabulary."""
     draft_ids = heads.draft_ids()
     if draft_ids is None:
-        return head_loss(kind, logits, data_tokens, teacher_logits)
+        return head_loss(kind, logits, data_tokens, kept_teacher)
     keep = draft_ids[data_tokens if kind == "data" else wanted] >= 0
-    teacher = teacher_logits[:, heads.token_map]
-    losses = head_loss(kind, logits, draft_ids[data_tokens].clamp(min=0), teacher)
+    losses = head_loss(kind, logits, draft_ids[data_tokens].clamp(min=0), kept_teacher)
     return torch.where(keep, losses, torch.zeros_like(losses))
 
 
@@ -120,6 +128,7 @@ def medusa_loss_sums(
     num_heads = bare.num_heads
     keeps = [real_positions(batch, k + 1) for k in range(1, num_heads + 1)]  # x_{t+k+1} real
     outputs = heads([final[keep] for keep in keeps])
+    head_k = _head_rows_of(config.target, bare, target, final, batch, chunk)
     total = final.new_zeros((), dtype=torch.float32)
     stats: dict[str, torch.Tensor] = {}
     for k, (keep, states) in enumerate(zip(keeps, outputs, strict=True), start=1):
@@ -128,27 +137,42 @@ def medusa_loss_sums(
             zero = total.new_zeros(2)
             stats.update({f"head{k}_top1": zero, f"head{k}_top5": zero.clone()})
             continue
-        rows = (states, ahead(final, k, keep), ahead(batch.input_ids, k + 1, keep))
-        losses, top1, top5 = rowwise(
-            lambda h, f, y, k=k: head_rows(
-                config.target, bare, k - 1, h, target_logits(target, f), y
-            ),
-            rows,
-            chunk,
-        )
+        losses, top1, top5 = head_k(k, states, keep)
         total = total + config.decay ** (k - 1) * losses.sum()
         stats.update(head_hits(k, top1, top5))
     return total, stats
 
 
-def head_rows(kind, heads, k: int, states, teacher_logits, data_tokens):
+def _head_rows_of(kind: str, heads, target, final, batch, chunk: int | None):
+    """`(k, states, keep) -> (loss, top-1 hit, top-5 hit)` per position of head k (1-based),
+    the verifier read once for every head where that costs no more memory than a chunk
+    (`teacher_reads`): its argmax, and for `distill` its logits on the draft vocabulary."""
+    teacher_head = partial(target_head_logits, target)
+    kept = heads.token_map if kind == "distill" else final.new_zeros(0, dtype=torch.long)
+    once = read_teacher_once(teacher_head, final, kept, False, chunk, heads.vocab_size)
+
+    def rows_from_final(k: int, h, f, y):
+        wanted, teacher, _ = read_teacher(teacher_head, f, kept, False)
+        return head_rows(kind, heads, k, h, wanted, teacher, y)
+
+    def head_k(k: int, states, keep):
+        tokens = ahead(batch.input_ids, k + 1, keep)
+        if once is None:  # each head projects its own rows
+            rows = (states, ahead(final, k, keep), tokens)
+            return rowwise(partial(rows_from_final, k - 1), rows, chunk)
+        rows = (states, ahead(once.wanted, k, keep), ahead(once.logits, k, keep), tokens)
+        return rowwise(partial(head_rows, kind, heads, k - 1), rows, chunk)
+
+    return head_k
+
+
+def head_rows(kind, heads, k: int, states, wanted, kept_teacher, data_tokens):
     """(loss, top-1 hit, top-5 hit) per position of head k (0-based) from its block outputs
-    `states`, against `teacher_logits` (the verifier's, no gradient) and the data's tokens."""
+    `states`, against the verifier's argmax `wanted` and its logits on the draft vocabulary
+    `kept_teacher` (no gradient) and the data's tokens."""
     logits = heads.project(k, states).float()
-    teacher = teacher_logits.detach().float()
-    wanted = teacher.argmax(-1)
     top1, top5 = head_hit_rows(logits, wanted, heads.token_map)
-    return draft_head_loss(kind, heads, logits, data_tokens, teacher, wanted), top1, top5
+    return kept_head_loss(kind, heads, logits, data_tokens, kept_teacher, wanted), top1, top5
 
 
 class MedusaLoss(HeadAccuracies):

@@ -58,9 +58,9 @@ def test_eagle3_trains_exports_and_loads_back(testbed_tiny, chat, tmp_path):
     assert result.data_passes > 0
     assert training["data_passes"] == pytest.approx(result.data_passes, abs=1e-4)
     seconds = training["train_seconds"]  # rounded to 0.1 s
-    rate = training["supervised_tokens_per_second"]
-    assert result.supervised_tokens / (seconds + 0.05) <= rate
-    assert rate <= result.supervised_tokens / max(seconds - 0.05, 1e-3)
+    rate = training["supervised_tokens_per_second"]  # rounded to 0.1 token/s
+    assert result.supervised_tokens / (seconds + 0.05) <= rate + 0.05
+    assert rate - 0.05 <= result.supervised_tokens / max(seconds - 0.05, 1e-3)
     assert training["peak_memory_mb"] > 0 and training["peak_memory_kind"] == "process RSS"
     per_token = 3 * target.hidden_size * 2  # taps 0, 1 and the final state 2, bf16
     assert training["capture"] == f"online, bfloat16, {per_token} bytes per token (nothing stored)"

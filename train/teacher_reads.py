@@ -1,0 +1,81 @@
+"""What a loss reads of the target's distribution, projected from its final states once.
+
+EAGLE-3's training-time test scores k steps against the target's distribution at positions
+t + 1 .. t + k, Medusa's heads likewise: projecting the final states to the whole vocabulary
+once per step repeats the same work k times (on SmolLM2, a third of an EAGLE-3 step).
+`read_teacher_once` projects every position of a micro-batch once and keeps only what those
+losses read: the argmax over the whole vocabulary, float32 logits on the kept (draft)
+vocabulary, and where asked the log-normaliser over the whole vocabulary. It does so only when
+holding that costs no more memory than one chunk of the projection itself (`loss_chunk_rows`
+rows x the vocabulary): with a pruned draft vocabulary, or an unchunked loss. Otherwise each
+step reads its own rows (`read_teacher`), as before; the values are the same either way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+import torch
+
+
+class TeacherReads(NamedTuple):
+    """The target at some positions, reduced to what the losses read."""
+
+    wanted: torch.Tensor  # [...] long: argmax over the whole vocabulary
+    logits: torch.Tensor  # [..., kept] float32: logits on the kept vocabulary
+    log_norm: torch.Tensor  # [...] float32: logsumexp over the whole vocabulary (0 unless asked)
+
+
+@torch.no_grad()
+def read_teacher(
+    head: Callable[[torch.Tensor], torch.Tensor],  # final states -> logits (any float dtype)
+    final: torch.Tensor,  # [n, h]
+    kept: torch.Tensor | None,  # bool mask or ids of the kept vocabulary; None: all of it
+    with_norm: bool,
+) -> TeacherReads:
+    """The reads of `final`'s rows."""
+    logits = head(final)
+    wanted = logits.argmax(-1)
+    kept_logits = (logits if kept is None else logits[:, kept]).float()
+    if with_norm:
+        norm = torch.logsumexp(logits.float(), dim=-1)
+    else:
+        norm = kept_logits.new_zeros(wanted.shape)
+    return TeacherReads(wanted, kept_logits, norm)
+
+
+def kept_size(kept: torch.Tensor | None, vocab: int) -> int:
+    """How many logits a row keeps."""
+    if kept is None:
+        return vocab
+    return int(kept.sum()) if kept.dtype == torch.bool else kept.numel()
+
+
+@torch.no_grad()
+def read_teacher_once(
+    head: Callable[[torch.Tensor], torch.Tensor],
+    final: torch.Tensor,  # [b, s, h]
+    kept: torch.Tensor | None,
+    with_norm: bool,
+    chunk: int | None,  # the loss's rows per vocabulary projection (None: all at once)
+    vocab: int,
+) -> TeacherReads | None:
+    """The reads of every position [b, s, ...], projected `chunk` rows at a time; None when
+    holding them would take more memory than one chunk's projection."""
+    b, s, h = final.shape
+    positions = b * s
+    if chunk is not None and positions * kept_size(kept, vocab) > chunk * vocab:
+        return None
+    flat = final.reshape(positions, h)
+    step = chunk or positions
+    parts = [
+        read_teacher(head, flat[lo : lo + step], kept, with_norm)
+        for lo in range(0, positions, step)
+    ]
+    return TeacherReads(
+        *(
+            torch.cat(column).reshape(b, s, *column[0].shape[1:])
+            for column in zip(*parts, strict=True)
+        )
+    )
