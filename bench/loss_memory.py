@@ -59,6 +59,14 @@ def _setup(family: str, length: int, chunk: int | None):
         "index": 0,
     }
     batch = collate([row], 0)
+    loss, model, layers = family_loss(family, target, recipe, chunk)
+    states = {layer: torch.randn(1, length, config.hidden_size) for layer in layers}
+    return loss, model.train(), batch, states
+
+
+def family_loss(family: str, target, recipe, chunk: int | None):
+    """(the family's loss, a fresh drafter for `target` built by `recipe`, the target layers
+    its loss reads), for the families these benches measure."""
     if family == "draft_lm":
         from draftzoo.architectures.draft_lm import build_draft_lm
         from draftzoo.train.draft_lm_loss import DraftLMLoss
@@ -80,10 +88,23 @@ def _setup(family: str, length: int, chunk: int | None):
         model = build_mtp(recipe.mtp, target)
         loss = MtpLoss(recipe.mtp, target, None, chunk)
         layers = [target.num_layers]
+    elif family == "eagle3":
+        from draftzoo.architectures.eagle import build_eagle
+        from draftzoo.train.eagle_batch import EagleLoss
+
+        model = build_eagle(recipe.eagle, target)
+        loss = EagleLoss(recipe.eagle, model, target, None, chunk)
+        layers = sorted({*model.layers, target.num_layers})
+    elif family == "medusa1":
+        from draftzoo.architectures.medusa import build_medusa
+        from draftzoo.train.medusa_loss import MedusaLoss
+
+        model = build_medusa(recipe.medusa, target)
+        loss = MedusaLoss(recipe.loss, recipe.medusa.num_heads, target, None, chunk)
+        layers = [target.num_layers]
     else:
         raise SystemExit(f"unknown family {family}")
-    states = {layer: torch.randn(1, length, config.hidden_size) for layer in layers}
-    return loss, model.train(), batch, states
+    return loss, model, layers
 
 
 def measure_one(family: str, length: int, chunk: int | None) -> dict:

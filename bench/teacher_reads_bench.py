@@ -17,12 +17,9 @@ import argparse
 import statistics
 import time
 from contextlib import nullcontext
-from pathlib import Path
 
 import torch
-
-ROOT = Path(__file__).resolve().parent.parent
-CONFIG = ROOT / "recipes/model_configs/HuggingFaceTB__SmolLM2-135M-Instruct.json"
+from loss_memory import CONFIG, ROOT, family_loss
 
 
 def _setup(family: str):
@@ -50,23 +47,7 @@ def _setup(family: str):
         for i in range(4)
     ]
     batch = collate(rows, 0)
-    chunk = recipe.train.loss_chunk_rows
-    if family == "eagle3":
-        from draftzoo.architectures.eagle import build_eagle
-        from draftzoo.train.eagle_batch import EagleLoss
-
-        model = build_eagle(recipe.eagle, target)
-        loss = EagleLoss(recipe.eagle, model, target, None, chunk)
-        layers = sorted({*model.layers, target.num_layers})
-    elif family == "medusa1":
-        from draftzoo.architectures.medusa import build_medusa
-        from draftzoo.train.medusa_loss import MedusaLoss
-
-        model = build_medusa(recipe.medusa, target)
-        loss = MedusaLoss(recipe.loss, recipe.medusa.num_heads, target, None, chunk)
-        layers = [target.num_layers]
-    else:
-        raise SystemExit(f"unknown family {family}")
+    loss, model, layers = family_loss(family, target, recipe, recipe.train.loss_chunk_rows)
     states = {layer: torch.randn(4, 512, config.hidden_size) for layer in layers}
     if family == "medusa1":
         states = states[target.num_layers]
