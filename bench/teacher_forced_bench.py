@@ -17,6 +17,12 @@ sequence position its draft lands at ([0, 128), [128, 256), ...): with `--max-ne
 long enough, it shows how drafters trained on rows of some length hold up past it.
 Every run also splits the first step by whether the token drafted repeats an earlier bigram
 of its sequence (a copy from the context) or is fresh (`draftzoo.data.repeats`).
+
+`--ablate-layers` asks which target layers an EAGLE-3 drafter's fusion relies on: each tapped
+layer's share of the fusion weights (Frobenius norm of its block of `fc`, over the blocks'
+total), and the drafter scored again with that layer's states replaced by their mean over each
+sequence's positions (mean ablation: what the layer tells beyond its average is taken away).
+`--prompt-set` repeats (e.g. `humaneval` and a held-out question file); `--prompts` is per set.
 """
 
 from __future__ import annotations
@@ -40,8 +46,13 @@ def main() -> None:
     parser.add_argument("--target", default=str(committed_testbed_dir()))
     parser.add_argument("--eagle1", action="append", default=[], help="EAGLE-1 folder (repeatable)")
     parser.add_argument("--eagle3", action="append", default=[], help="EAGLE-3 folder (repeatable)")
-    parser.add_argument("--prompt-set", default="humaneval", help="humaneval or stdlib-heldout")
-    parser.add_argument("--prompts", type=int, default=20)
+    parser.add_argument(
+        "--prompt-set",
+        action="append",
+        default=[],
+        help="humaneval (default), stdlib-heldout or a question file (repeatable)",
+    )
+    parser.add_argument("--prompts", type=int, default=20, help="prompts from each set")
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--temperatures", type=float, nargs="+", default=[0.0, 1.0])
     parser.add_argument("--steps", type=int, default=4, help="draft steps (chain length)")
@@ -52,6 +63,11 @@ def main() -> None:
         nargs="*",
         default=[],
         help="split the first step's acceptance by draft position at these edges",
+    )
+    parser.add_argument(
+        "--ablate-layers",
+        action="store_true",
+        help="EAGLE-3: each tapped layer's fusion-weight share and its mean-ablated acceptance",
     )
     args = parser.parse_args()
     tokenizer, target = load_target(args.target, "cpu", args.threads)
@@ -64,12 +80,18 @@ def main() -> None:
     if not drafters:
         parser.error("give at least one --eagle1 or --eagle3 drafter")
     common = torch.stack([proposable(d) for d in drafters.values()]).all(0)
-    prompts = [p.render(tokenizer, chat=True) for p in load_prompt_set(args.prompt_set)]
-    prompts = prompts[: args.prompts]
+    prompt_sets = args.prompt_set or ["humaneval"]
+    prompts = [
+        p.render(tokenizer, chat=True)
+        for name in prompt_sets
+        for p in load_prompt_set(name)[: args.prompts]
+    ]
+    if args.ablate_layers:
+        drafters.update(ablated_variants(drafters))
     print(
-        f"{len(prompts)} {args.prompt_set} prompts, {args.max_new_tokens} new tokens decoded by "
-        f"the target, {args.steps} draft steps; common vocabulary {int(common.sum())} of "
-        f"{len(common)} tokens; {torch.get_num_threads()} threads"
+        f"{len(prompts)} prompts ({', '.join(prompt_sets)}), {args.max_new_tokens} new tokens "
+        f"decoded by the target, {args.steps} draft steps; common vocabulary "
+        f"{int(common.sum())} of {len(common)} tokens; {torch.get_num_threads()} threads"
     )
     width = max(16, *(len(name) for name in drafters))
     for temperature in args.temperatures:
@@ -105,6 +127,47 @@ def main() -> None:
                 for b in position_buckets
             )
             print(f"{name:{width}} first step by draft position: {buckets}")
+
+
+def fusion_shares(drafter) -> list[float]:
+    """Each tapped layer's share of an EAGLE-3 fusion's weights: the Frobenius norm of its
+    column block of `fc` over the sum of the blocks' norms."""
+    blocks = drafter.fc.weight.detach().float().chunk(len(drafter.layers), dim=1)
+    norms = torch.stack([block.norm() for block in blocks])
+    return (norms / norms.sum()).tolist()
+
+
+class MeanAblated:
+    """An EAGLE-3 drafter whose fusion sees one tapped layer's states replaced by their mean
+    over the sequence's positions; every other attribute is the drafter's own."""
+
+    def __init__(self, drafter, index: int) -> None:
+        self._drafter, self._index = drafter, index
+
+    def __getattr__(self, name: str):
+        return getattr(self._drafter, name)
+
+    def fuse(self, states: torch.Tensor) -> torch.Tensor:
+        pieces = list(states.chunk(len(self._drafter.layers), dim=-1))
+        piece = pieces[self._index]
+        pieces[self._index] = piece.mean(dim=1, keepdim=True).expand_as(piece)
+        return self._drafter.fuse(torch.cat(pieces, dim=-1))
+
+
+def ablated_variants(drafters: dict) -> dict:
+    """For every EAGLE-3 drafter, one mean-ablated variant per tapped layer (its fusion-weight
+    share printed here)."""
+    variants = {}
+    for name, drafter in drafters.items():
+        if drafter.kind != "eagle3":
+            continue
+        shares = fusion_shares(drafter)
+        pairs = zip(drafter.layers, shares, strict=True)
+        listed = ", ".join(f"layer {layer} {share:.2f}" for layer, share in pairs)
+        print(f"{name}: fusion-weight share {listed}")
+        for index, layer in enumerate(drafter.layers):
+            variants[f"{name} without layer {layer}"] = MeanAblated(drafter, index)
+    return variants
 
 
 if __name__ == "__main__":
