@@ -10,8 +10,10 @@
 `--target testbed-small` (the default) is described below. `--target smollm2-135m-instruct`:
 the SmolLM2 recipes (1,100 steps x 4 rows x 512 positions each; Medusa-2 950 heads-only
 steps then 150 joint ones), trained by `bench/smollm2_train.sh` from one offline FP8 capture
-into <work>/<family>-smollm2-135m-instruct; measured on HumanEval and the held-out
-`runs/smollm2-data/eval-turns.jsonl`, prompts overlapping the training data dropped first.
+into <work>/<family>-smollm2-135m-instruct; measured on 8 HumanEval prompts and 8 of the
+held-out `runs/smollm2-data/eval-turns.jsonl` (prompts overlapping the training data dropped
+first), with hybrid rows for EAGLE-3 and DFlash only and EAGLE trees of 16 tokens (top-k 4,
+depth 4) rather than EAGLE-2's 60, which cost 4.4 single-token forwards to verify here.
 
 The budget is the zoo recipes' own: 3,276,800 packed training positions per family (about
 1.6 M supervised tokens): 3,200 steps x 4 rows x 256 positions for EAGLE-1, EAGLE-3, MTP and
@@ -69,6 +71,10 @@ class Stage:
     zoo_name: str | None = None  # the shipped drafter this recipe may have trained
 
 
+#: families that draft trees as well as chains (rows for both)
+TREES = ("eagle1", "eagle3", "medusa1", "medusa2", "dflash")
+
+
 @dataclass(frozen=True)
 class Profile:
     """One target's families, budget and measurement."""
@@ -79,6 +85,9 @@ class Profile:
     prompt_sets: tuple[str, ...]
     heldout_from: tuple[str, ...] = ()
     trainer: tuple[str, ...] = ()  # a script that trains every family (else one run a stage)
+    max_prompts: int = 12  # from each prompt set
+    hybrid: tuple[str, ...] = TREES  # families measured with suffix decoding's branches too
+    eval_settings: tuple[tuple[str, int], ...] = ()  # `EvalConfig` fields set for every row
 
 
 TESTBED = Profile(
@@ -137,12 +146,19 @@ SMOLLM2 = Profile(
     prompt_sets=("humaneval", f"{SMOLLM2_DATA}/eval-turns.jsonl"),
     heldout_from=(f"{SMOLLM2_DATA}/train.jsonl",),
     trainer=("bash", "bench/smollm2_train.sh"),
+    # target-only decoding runs 3-4x slower than testbed-small's (22 against 71-95 tokens/s
+    # on two cores): 8 prompts a set, and hybrids of EAGLE-3 and DFlash only, keep every
+    # timed row within one sitting
+    max_prompts=8,
+    hybrid=("eagle3", "dflash"),
+    # EAGLE-2's own budget (60 tokens) costs a verification forward of 4.4 single-token ones on
+    # this CPU (bench/results/cpu-2026-12-05-smollm2-forward-cost): EAGLE trees the size of
+    # Medusa's and DFlash's 16 nodes instead
+    eval_settings=(("tree_top_k", 4), ("tree_depth", 4), ("tree_tokens", 16)),
 )
 PROFILES = {profile.target: profile for profile in (TESTBED, SMOLLM2)}
 PROFILE = TESTBED  # the one this run measures (main() sets it from --target)
 FAMILIES = TESTBED.families
-#: families that draft trees as well as chains (rows for both, and a hybrid row)
-TREES = ("eagle1", "eagle3", "medusa1", "medusa2", "dflash")
 #: DFlash drafts a block of 8: its chain is the block's 7 tokens (its tree: the default one)
 CHAIN_LENGTH = {"dflash": 7}
 
@@ -263,11 +279,12 @@ def eval_config(proposal: str, chain: int = 4, certificate: bool = True):
     config = EvalConfig(
         prompt_sets=PROFILE.prompt_sets,
         heldout_from=PROFILE.heldout_from,
-        max_prompts=12,
+        max_prompts=PROFILE.max_prompts,
         max_new_tokens=128,
         temperatures=(0.0, 1.0),
         proposal=proposal,
         num_speculative_tokens=chain,
+        **dict(PROFILE.eval_settings),
     )
     return config if certificate else replace(config, certificate_samples=0)
 
@@ -291,7 +308,8 @@ def rows_of(work: Path, families: list[str]) -> list[Row]:
         if drafter is None:
             print(f"[eval] {family}: {source}; skipped", flush=True)
             continue
-        for proposal in ("chain", "tree", "hybrid") if family in TREES else ("chain",):
+        proposals = ("chain", "tree") if family in TREES else ("chain",)
+        for proposal in proposals + (("hybrid",) if family in PROFILE.hybrid else ()):
             chain = CHAIN_LENGTH.get(family, 4)
             rows.append(Row(f"{family}-{proposal}", proposal, chain, drafter))
     rows.append(Row("prompt-lookup-chain", "chain"))

@@ -21,7 +21,8 @@ import argparse
 import time
 
 import torch
-from transformers import AutoModelForCausalLM, DynamicCache
+from bench_target import load_target
+from transformers import DynamicCache
 
 from draftzoo.inference.cache_settings import CacheSettings
 from draftzoo.inference.generate import SpeculativeGenerator
@@ -58,8 +59,8 @@ def main() -> None:
     parser.add_argument("--widths", type=int, nargs="*", default=[], help="verification widths")
     args = parser.parse_args()
     device = torch.device(args.device)
-    target = AutoModelForCausalLM.from_pretrained(args.target, dtype=torch.float32)
-    target = target.to(device).eval()
+    _, target = load_target(args.target, args.device)  # a path, or a name such as
+    # smollm2-135m-instruct that `draftzoo target get` put in the cache
     prefix = torch.randint(0, target.config.vocab_size, (1, 200), device=device)
     token = prefix[:, -1:]
 
