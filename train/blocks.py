@@ -54,7 +54,10 @@ class FamilyLoss(Protocol):
     shown: dict[str, str]
 
     def supervised(self, batch) -> torch.Tensor:
-        """Positions of `batch` the loss is normalised by (a 0-d count)."""
+        """Positions of `batch` the loss is normalised by (a 0-d count). They are also the
+        run's recorded `supervised_tokens`, unless the family defines `budget_positions`
+        (supervised positions counted as every other family counts them) because its loss
+        normalises by something else (DFlash: drafted slots)."""
         ...
 
     def teacher(self, batch) -> Any:
@@ -320,7 +323,8 @@ def train_steps(run: Run, model, optimizer, scheduler, loss: FamilyLoss) -> Outc
         count, totals = optimizer_step(
             accelerator, model, optimizer, scheduler, batches, loss, cfg, logs
         )
-        progress.step, progress.supervised_tokens = done, progress.supervised_tokens + count
+        budget = budget_count(accelerator, loss, batches, count)
+        progress.step, progress.supervised_tokens = done, progress.supervised_tokens + budget
         progress.train_seconds = time.perf_counter() - began
         bar.update(1)
         with seen_rows.open("a") as handle:  # audit trail: the rows each rank trained on
@@ -332,6 +336,17 @@ def train_steps(run: Run, model, optimizer, scheduler, loss: FamilyLoss) -> Outc
     bar.close()
     progress.train_seconds = time.perf_counter() - began
     return Outcome(progress, resumed_from, metrics, passes)
+
+
+def budget_count(accelerator, loss, batches, count: int) -> int:
+    """The step's supervised positions over all ranks, counted alike for every family (the
+    training budget): `count`, the loss's normaliser, unless the family's loss normalises by
+    something else and counts its positions with `budget_positions`."""
+    counted = getattr(loss, "budget_positions", None)
+    if counted is None:
+        return count
+    local = torch.stack([counted(b) for b in batches]).sum().reshape(1)
+    return int(accelerator.reduce(local.to(accelerator.device), reduction="sum").item())
 
 
 def _log_step(run, scheduler, loss, totals, count, progress, bar) -> dict[str, float]:

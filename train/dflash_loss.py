@@ -11,9 +11,10 @@ mask inside it), never another block. Slot i (1..B-1) predicts x_{a_j + i} and c
 token is supervised in a_j's sample. Loss per slot: soft cross-entropy against the target's
 distribution at a_j + i - 1 (`ce`) or cross-entropy on x_{a_j + i} (`hard`), weighted by
 exp(-(i - 1) / loss_decay); the step is normalised by the count of supervised slots (the
-shared loop's convention). Logged: each slot's top-1 agreement with the target's argmax and
-`block_tau`, 1 + the leading agreements of each block: the greedy acceptance length of the
-block drafted there.
+shared loop's convention), while the run records as its training tokens the supervised
+positions every other family counts (`budget_positions`), so budgets compare. Logged: each
+slot's top-1 agreement with the target's argmax and `block_tau`, 1 + the leading agreements of
+each block: the greedy acceptance length of the block drafted there.
 """
 
 from __future__ import annotations
@@ -126,6 +127,11 @@ class DflashLoss:
 
     def supervised(self, batch) -> torch.Tensor:
         return self.plan(batch).slots.sum()
+
+    def budget_positions(self, batch) -> torch.Tensor:
+        """Supervised positions as the other families count them (x_{t+2} supervised in t's
+        sample), recorded as the run's training tokens instead of the drafted slots."""
+        return real_positions(batch, 2).sum()
 
     def teacher(self, batch):
         """The target's states at the taps and its final one."""

@@ -185,3 +185,16 @@ def test_bad_settings_are_refused(testbed_tiny, chat, tmp_path):
         build_dflash(recipe.dflash, target)
     with pytest.raises(TargetError, match="do not exist"):
         build_dflash(DflashConfig(layers=(99,), mask_token_id=0), target)
+
+
+def test_its_training_tokens_count_positions_as_the_other_families_do(testbed_tiny, chat, tmp_path):
+    """The loss is normalised by drafted slots, but the record's `supervised_tokens` counts the
+    supervised positions an MTP run on the same rows counts, so the leaderboard's budgets
+    compare."""
+    from draftzoo.train.mtp import run as run_mtp
+    from tests.train.helpers import tiny_mtp_recipe
+
+    train = {"max_steps": 2}
+    dflash = run(tiny_dflash_recipe(tmp_path / "dflash", testbed_tiny[0], chat, train=train))
+    mtp = run_mtp(tiny_mtp_recipe(tmp_path / "mtp", testbed_tiny[0], chat, train=train))
+    assert dflash.supervised_tokens == mtp.supervised_tokens > 0
