@@ -87,7 +87,9 @@ class Profile:
     trainer: tuple[str, ...] = ()  # a script that trains every family (else one run a stage)
     max_prompts: int = 12  # from each prompt set
     hybrid: tuple[str, ...] = TREES  # families measured with suffix decoding's branches too
-    eval_settings: tuple[tuple[str, int], ...] = ()  # `EvalConfig` fields set for every row
+    #: `EvalConfig` fields of EAGLE rows (their dynamic trees' budget; Medusa's and DFlash's
+    #: static trees are their own)
+    eagle_settings: tuple[tuple[str, int], ...] = ()
 
 
 TESTBED = Profile(
@@ -154,7 +156,7 @@ SMOLLM2 = Profile(
     # EAGLE-2's own budget (60 tokens) costs a verification forward of 4.4 single-token ones on
     # this CPU (bench/results/cpu-2026-12-05-smollm2-forward-cost): EAGLE trees the size of
     # Medusa's and DFlash's 16 nodes instead
-    eval_settings=(("tree_top_k", 4), ("tree_depth", 4), ("tree_tokens", 16)),
+    eagle_settings=(("tree_top_k", 4), ("tree_depth", 4), ("tree_tokens", 16)),
 )
 PROFILES = {profile.target: profile for profile in (TESTBED, SMOLLM2)}
 PROFILE = TESTBED  # the one this run measures (main() sets it from --target)
@@ -271,7 +273,7 @@ def train(work: Path, families: list[str], retrain: bool) -> None:
             print(f"[train] {stage.folder} done in {time.time() - began:.0f} s", flush=True)
 
 
-def eval_config(proposal: str, chain: int = 4, certificate: bool = True):
+def eval_config(proposal: str, chain: int = 4, certificate: bool = True, family: str = ""):
     """The leaderboard's measurement: the zoo cards' prompts, batch 1, one repeat (without the
     certificate when `certificate` is False: `--phase certify` adds it later)."""
     from draftzoo.eval.runner import EvalConfig
@@ -284,7 +286,7 @@ def eval_config(proposal: str, chain: int = 4, certificate: bool = True):
         temperatures=(0.0, 1.0),
         proposal=proposal,
         num_speculative_tokens=chain,
-        **dict(PROFILE.eval_settings),
+        **dict(PROFILE.eagle_settings if family in ("eagle1", "eagle3") else ()),
     )
     return config if certificate else replace(config, certificate_samples=0)
 
@@ -297,6 +299,7 @@ class Row:
     proposal: str
     chain: int = 4
     drafter: Path | None = None  # None: model-free (the name says which)
+    family: str = ""  # the drafter's
 
 
 def rows_of(work: Path, families: list[str]) -> list[Row]:
@@ -311,7 +314,7 @@ def rows_of(work: Path, families: list[str]) -> list[Row]:
         proposals = ("chain", "tree") if family in TREES else ("chain",)
         for proposal in proposals + (("hybrid",) if family in PROFILE.hybrid else ()):
             chain = CHAIN_LENGTH.get(family, 4)
-            rows.append(Row(f"{family}-{proposal}", proposal, chain, drafter))
+            rows.append(Row(f"{family}-{proposal}", proposal, chain, drafter, family))
     rows.append(Row("prompt-lookup-chain", "chain"))
     rows += [Row("suffix-chain", "chain"), Row("suffix-tree", "tree")]
     return rows
@@ -347,7 +350,7 @@ def measure(work: Path, families: list[str], certificate: bool) -> None:
         out = reports / row.name
         if (out / "report.json").is_file():
             continue
-        config = eval_config(row.proposal, row.chain, certificate)
+        config = eval_config(row.proposal, row.chain, certificate, row.family)
         target, tokenizer, runtime = load_row(row, config)
         print(f"[eval] {row.name}: {row.drafter or 'model-free'}", flush=True)
         write_report(evaluate(target, tokenizer, runtime, config, PROFILE.target), out)
