@@ -140,6 +140,13 @@ CARD_TRAINING_FIELDS = (
 )
 
 
+#: beside a drafter whose training did not record what it cost: the figures of a short rerun
+#: of its recipe (`bench/cost_rerun.py`), with where and when they were measured
+RERUN_COST_FILE = "training_cost.json"
+#: the record's cost figures (`train.blocks.cost_figures`), as a rerun measures them too
+COST_FIELDS = ("supervised_tokens_per_second", "peak_memory_mb", "peak_memory_kind", "capture")
+
+
 def render_card(
     name: str,
     record: dict[str, Any],
@@ -147,9 +154,11 @@ def render_card(
     plots: list[str],
     train_command: str,
     serving_notes: tuple[str, ...] | list[str] = (),
+    rerun_cost: dict[str, Any] | None = None,
 ) -> str:
     """README.md text for drafter `name`; `serving_notes`: the family's lines on how engines
-    serve it (`FamilySpec.serving_notes`)."""
+    serve it (`FamilySpec.serving_notes`); `rerun_cost`: a `RERUN_COST_FILE`'s contents, shown
+    when the record has no cost figures of its own."""
     family = record["family"]
     lines = [
         _front_matter(name, report, family),
@@ -162,7 +171,7 @@ def render_card(
         *_measured_section(report, plots),
         *certificate_section(report.get("certificate")),
         *_drift_section(report),
-        *_training_section(record),
+        *_training_section(record, rerun_cost),
         "## Reproduce",
         "",
         "```bash",
@@ -376,13 +385,24 @@ def _budget(record: dict[str, Any]) -> str:
     return text
 
 
-def _training_section(record: dict[str, Any]) -> list[str]:
+def rerun_cost_line(rerun_cost: dict[str, Any]) -> str:
+    """The card's line for cost figures measured by a rerun rather than by the training."""
+    figures = ", ".join(f"{k} {rerun_cost[k]}" for k in COST_FIELDS if k in rerun_cost)
+    return (
+        f"- cost, not recorded by this training; measured by a {rerun_cost['steps']}-step rerun "
+        f"of its recipe ({rerun_cost['device']}, {rerun_cost['date']}): {figures}"
+    )
+
+
+def _training_section(record: dict[str, Any], rerun_cost: dict[str, Any] | None = None):
     imported = record.get("imported")
     if imported:
         return _origin_section(record, imported)
     training = record.get("training", {})
     lines = ["", "## Training", "", f"**Budget**: {_budget(record)}.", ""]
     lines += [f"- {k}: {v}" for k, v in training.items() if k in CARD_TRAINING_FIELDS]
+    if rerun_cost and not any(k in training for k in COST_FIELDS):
+        lines.append(rerun_cost_line(rerun_cost))
     return [
         *lines,
         f"- hidden-state layers (HF convention, index k = input to decoder layer k): "

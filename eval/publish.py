@@ -39,7 +39,7 @@ from ..inference.peer_import import imported_folder
 from .certificate import describe
 from .certificate import headline as certificate_headline
 from .machine_load import unreliable_sentence
-from .model_card import render_card
+from .model_card import RERUN_COST_FILE, render_card
 from .plots import plot_report
 from .runner import REPORT_FILE, SUMMARY_FILE, headline
 
@@ -139,6 +139,7 @@ def publish(
         raise PublishError(str(err)) from err
     check_weights(folder)
     _refuse_links(folder)
+    rerun_cost_of(folder)  # refused here, before the zoo is touched
     report = _report_of(folder, digest, report_path)
     warning = unreliable_sentence(report)
     if warning and not allow_unreliable_timing:
@@ -220,6 +221,22 @@ def _report_of(folder: Path, digest: str, report_path: Path | None) -> dict:
     return report
 
 
+def rerun_cost_of(folder: Path) -> dict[str, Any] | None:
+    """The `RERUN_COST_FILE` beside a drafter, checked; None when there is none."""
+    path = folder / RERUN_COST_FILE
+    if not path.is_file():
+        return None
+    try:
+        cost = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        raise PublishError(f"{path}: not a training-cost file ({err})") from err
+    missing = sorted({"steps", "device", "date"} - set(cost)) if isinstance(cost, dict) else []
+    if missing or not isinstance(cost, dict):
+        what = f"no {', '.join(missing)}" if missing else "not a JSON object"
+        raise PublishError(f"{path}: not a training-cost file ({what})")
+    return cost
+
+
 def _build_folder(source, tmp, name, record, report, report_path) -> None:
     tmp.mkdir(parents=True, exist_ok=True)
     for file in (*defining_files(source), *TOKENIZER_FILES):
@@ -231,9 +248,12 @@ def _build_folder(source, tmp, name, record, report, report_path) -> None:
     if summary.is_file():
         shutil.copy2(summary, tmp / SUMMARY_FILE)
     (tmp / RECIPE_FILE).write_text(yaml.safe_dump(record.get("recipe", {}), sort_keys=False))
+    rerun_cost = rerun_cost_of(source)  # figures the training did not record
+    if rerun_cost is not None:
+        shutil.copy2(source / RERUN_COST_FILE, tmp / RERUN_COST_FILE)
     plots = [p.name for p in plot_report(report, tmp)]
     notes = family_spec(record["family"]).serving_notes(tmp)
-    card = render_card(name, record, report, plots, train_command(record), notes)
+    card = render_card(name, record, report, plots, train_command(record), notes, rerun_cost)
     (tmp / "README.md").write_text(card)
 
 

@@ -263,3 +263,45 @@ def test_a_report_names_the_weights_it_decoded_not_the_folders_later_ones(
     assert report["checkpoint"]["sha256"] == loaded != checkpoint_hash(folder)
     with pytest.raises(PublishError, match="evaluate this checkpoint"):
         publish(folder, write_report(report, tmp_path / "eval"), tmp_path / "zoo", "changed")
+
+
+def test_a_drafter_without_recorded_costs_shows_a_reruns_figures(
+    measured, tiny_target_model, tmp_path
+):
+    """A drafter whose training predates the cost figures ships them from a rerun of its recipe
+    (`training_cost.json`, `bench/cost_rerun.py`): the card says so; republishing the entry
+    from itself keeps its checkpoint; a broken file is refused before the zoo is touched."""
+    from draftzoo.architectures.drafter_io import checkpoint_hash
+
+    model, tokenizer, path = tiny_target_model
+    folder = copy_drafter(measured["eagle1"][0], tmp_path / "older")
+    record = json.loads((folder / "draftzoo.json").read_text())
+    for key in ("supervised_tokens_per_second", "peak_memory_mb", "peak_memory_kind", "capture"):
+        record["training"].pop(key)
+    (folder / "draftzoo.json").write_text(json.dumps(record))
+    drafter = load_drafter(folder, model, tokenizer, "chain", 3)
+    config = EvalConfig(
+        max_prompts=1, max_new_tokens=8, temperatures=(0.0,), certificate_samples=300
+    )
+    report = write_report(evaluate(model, tokenizer, drafter, config, str(path), False), tmp_path)
+    cost = {"steps": 60, "device": "a CPU, 2 threads, 1 process(es)", "date": "2026-12-05"}
+    cost.update({"supervised_tokens_per_second": 812.5, "peak_memory_mb": 930.1})
+    (folder / "training_cost.json").write_text(json.dumps(cost))
+    zoo = tmp_path / "zoo"
+    published = publish(folder, report, zoo, "older")
+    card = (published / "README.md").read_text()
+    line = "- cost, not recorded by this training; measured by a 60-step rerun of its recipe"
+    assert line in card and "supervised_tokens_per_second 812.5, peak_memory_mb 930.1" in card
+    digest = checkpoint_hash(published)
+    again = publish(published, published / "report.json", zoo, "older", overwrite=True)
+    assert checkpoint_hash(again) == digest and (again / "README.md").read_text() == card
+    # the training's own figures win over a rerun's
+    assert (
+        "measured by a"
+        not in (publish(*measured["eagle1"], zoo, "newer") / "README.md").read_text()
+    )
+
+    (again / "training_cost.json").write_text("[1, 2]")
+    with pytest.raises(PublishError, match="not a training-cost file"):
+        publish(again, again / "report.json", zoo, "older", overwrite=True)
+    assert (zoo / "older" / "README.md").read_text() == card
