@@ -73,8 +73,8 @@ def measure(name: str, folder: Path, steps: int) -> dict:
     hardware = environment()["hardware"]
     return {
         "steps": steps,
-        "device": f"{hardware['cpu_model']}, {hardware['torch_threads']} threads, "
-        f"{processes} process(es)",
+        "device": f"{hardware['cpu_model']}, {hardware['cpu_count']} cores, {processes} "
+        "process(es)",
         "date": time.strftime("%Y-%m-%d"),
         "wall_seconds": round(time.time() - began, 1),
         **{key: training[key] for key in COST_FIELDS if key in training},

@@ -37,6 +37,10 @@ def test_entry_is_whole_and_loads_back_to_its_card(name):
     assert report["certificate"]["config"]["samples"] >= 4000
     assert "## Losslessness certificate" in card and "certificate PASSED" in card
     assert "**Budget**: " in card
+    # what its training cost: recorded by the training, or by a rerun of its recipe that the
+    # card names (bench/cost_rerun.py)
+    assert "supervised_tokens_per_second" in card and "peak_memory_mb" in card
+    assert "capture" in card
 
     generator = draftzoo.load(name)
     greedy = next(r for r in report["results"] if r["temperature"] == 0 and r["batch_size"] == 1)
