@@ -91,6 +91,20 @@ def fetched_target_dir(name: str) -> Path | None:
     return folder if (folder / TARGET_RECORD).is_file() else None
 
 
+def target_provenance(name_or_path: str | Path) -> dict | None:
+    """What a target folder draftzoo converted holds (its `draftzoo-target.json`: the GGUF, its
+    hash, the package it came from, how it was dequantized); None for any other target."""
+    import json
+
+    from .packaged_targets import TARGET_RECORD
+
+    try:
+        record = Path(target_location(name_or_path)) / TARGET_RECORD
+        return json.loads(record.read_text()) if record.is_file() else None
+    except (TargetError, OSError, ValueError):
+        return None
+
+
 def default_zoo_dir() -> Path:
     """The user's zoo: `$DRAFTZOO_ZOO`, else `<cache>/zoo`."""
     return Path(os.environ.get("DRAFTZOO_ZOO") or cache_root() / "zoo")

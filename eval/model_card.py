@@ -167,6 +167,7 @@ def render_card(
         f"{_article(display_name(family))} drafter for "
         f"**{report['target']['name']}**, trained and measured by draftzoo. " + _guarantee(report),
         "",
+        *_target_weights(report),
         *_use_section(name, report, serving_notes),
         *_measured_section(report, plots),
         *certificate_section(report.get("certificate")),
@@ -183,6 +184,21 @@ def render_card(
         "",
     ]
     return "\n".join(lines)
+
+
+def _target_weights(report: dict[str, Any]) -> list[str]:
+    """Which weights the target was, for a target draftzoo converted from a GGUF."""
+    converted = report["target"].get("converted_from")
+    if not converted:
+        return []
+    source = converted.get("source") or {}
+    weights = source.get("weights") or f"{converted['gguf']}, dequantized to {converted['dtype']}"
+    where = f", from `{source['requirement']}`" if source.get("requirement") else ""
+    return [
+        f"The target's weights: {weights} (`{converted['gguf']}`, sha256 "
+        f"`{converted['gguf_sha256']}`{where}).",
+        "",
+    ]
 
 
 def _guarantee(report: dict[str, Any]) -> str:

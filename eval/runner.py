@@ -34,7 +34,12 @@ from typing import Any
 import torch
 
 from ..architectures.config_io import ConfigError
-from ..architectures.defaults import MAX_CACHE_LENGTH, MAX_NEW_TOKENS, NUM_SPECULATIVE_TOKENS
+from ..architectures.defaults import (
+    MAX_CACHE_LENGTH,
+    MAX_NEW_TOKENS,
+    NUM_SPECULATIVE_TOKENS,
+    target_provenance,
+)
 from ..architectures.drafter_io import checkpoint_hash
 from ..architectures.families import family_spec, family_specs
 from ..architectures.target import TARGET_DTYPES, TargetAdapter
@@ -569,6 +574,7 @@ def evaluate(
         "target": {
             "name": target_name,
             "fingerprint": TargetAdapter(target, tokenizer).fingerprint().to_dict(),
+            "converted_from": target_provenance(target_name),
         },
         "config": asdict(config),
         "serving": {

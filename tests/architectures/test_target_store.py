@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from draftzoo.architectures.defaults import target_location
+from draftzoo.architectures.defaults import target_location, target_provenance
 from draftzoo.architectures.target import TargetError
 from draftzoo.architectures.target_store import (
     SMOLLM2_135M_INSTRUCT,
@@ -72,6 +72,8 @@ def test_a_converted_gguf_gives_transformers_gguf_logits(tiny_gguf, tmp_path, ca
     assert capsys.readouterr().out.strip().splitlines()[-1] == str(out)
     record = json.loads((out / TARGET_RECORD).read_text())
     assert record["gguf_sha256"] == _sha256(tiny_gguf) and record["dtype"] == "float32"
+    # what eval reports and cards say the target's weights were; nothing for other targets
+    assert target_provenance(str(out)) == record and target_provenance("testbed-small") is None
     assert not any(p.name.startswith(".") for p in tmp_path.iterdir())  # no temporary left
     converted = AutoModelForCausalLM.from_pretrained(out).eval()
     reference = AutoModelForCausalLM.from_pretrained(

@@ -305,3 +305,26 @@ def test_a_drafter_without_recorded_costs_shows_a_reruns_figures(
     with pytest.raises(PublishError, match="not a training-cost file"):
         publish(again, again / "report.json", zoo, "older", overwrite=True)
     assert (zoo / "older" / "README.md").read_text() == card
+
+
+def test_a_card_names_the_weights_of_a_converted_target(measured):
+    """A target draftzoo converted from a GGUF: the report keeps its provenance, the card says
+    which weights were the target."""
+    from draftzoo.eval.model_card import render_card
+
+    folder, report_path = measured["eagle1"]
+    report = json.loads(report_path.read_text())
+    assert report["target"]["converted_from"] is None  # testbed-tiny: no GGUF behind it
+    record = json.loads((folder / "draftzoo.json").read_text())
+    report["target"]["converted_from"] = {
+        "gguf": "Tiny.Q4_1.gguf",
+        "gguf_sha256": "ab" * 32,
+        "dtype": "float32",
+        "source": {"requirement": "llm-tiny==0.1", "weights": "Tiny as published, dequantized"},
+    }
+    card = render_card("tiny", record, report, [], "draftzoo train recipe.yaml")
+    expected = (
+        "The target's weights: Tiny as published, dequantized (`Tiny.Q4_1.gguf`, sha256 "
+        f"`{'ab' * 32}`, from `llm-tiny==0.1`)."
+    )
+    assert expected in card
