@@ -74,7 +74,7 @@ def family_loss(family: str, target, recipe, chunk: int | None):
         model = build_draft_lm(recipe.draft, target.model)
         loss = DraftLMLoss(recipe.distill, target, None, chunk)
         layers = [target.num_layers]
-    elif family == "eagle1":
+    elif family in ("eagle1", "eagle3"):  # the recipe says which
         from draftzoo.architectures.eagle import build_eagle
         from draftzoo.train.eagle_batch import EagleLoss
 
@@ -88,13 +88,6 @@ def family_loss(family: str, target, recipe, chunk: int | None):
         model = build_mtp(recipe.mtp, target)
         loss = MtpLoss(recipe.mtp, target, None, chunk)
         layers = [target.num_layers]
-    elif family == "eagle3":
-        from draftzoo.architectures.eagle import build_eagle
-        from draftzoo.train.eagle_batch import EagleLoss
-
-        model = build_eagle(recipe.eagle, target)
-        loss = EagleLoss(recipe.eagle, model, target, None, chunk)
-        layers = sorted({*model.layers, target.num_layers})
     elif family == "medusa1":
         from draftzoo.architectures.medusa import build_medusa
         from draftzoo.train.medusa_loss import MedusaLoss

@@ -139,7 +139,7 @@ def publish(
         raise PublishError(str(err)) from err
     check_weights(folder)
     _refuse_links(folder)
-    rerun_cost_of(folder)  # refused here, before the zoo is touched
+    rerun_cost = rerun_cost_of(folder)  # refused here, before the zoo is touched
     report = _report_of(folder, digest, report_path)
     warning = unreliable_sentence(report)
     if warning and not allow_unreliable_timing:
@@ -164,7 +164,7 @@ def publish(
             restore_interrupted(interrupted, target)
         tmp = scratch_dir(target, "tmp")
         try:
-            _build_folder(folder, tmp, name, record, report, report_path)
+            _build_folder(folder, tmp, name, record, report, report_path, rerun_cost)
             # the old entry is dropped only once the index names the new one: a failing index
             # write puts the old folder back, so folder and index always agree
             with swapped_in(tmp, target, zoo_managed=True):
@@ -237,7 +237,7 @@ def rerun_cost_of(folder: Path) -> dict[str, Any] | None:
     return cost
 
 
-def _build_folder(source, tmp, name, record, report, report_path) -> None:
+def _build_folder(source, tmp, name, record, report, report_path, rerun_cost) -> None:
     tmp.mkdir(parents=True, exist_ok=True)
     for file in (*defining_files(source), *TOKENIZER_FILES):
         if (source / file).is_file():
@@ -248,8 +248,7 @@ def _build_folder(source, tmp, name, record, report, report_path) -> None:
     if summary.is_file():
         shutil.copy2(summary, tmp / SUMMARY_FILE)
     (tmp / RECIPE_FILE).write_text(yaml.safe_dump(record.get("recipe", {}), sort_keys=False))
-    rerun_cost = rerun_cost_of(source)  # figures the training did not record
-    if rerun_cost is not None:
+    if rerun_cost is not None:  # figures the training did not record
         shutil.copy2(source / RERUN_COST_FILE, tmp / RERUN_COST_FILE)
     plots = [p.name for p in plot_report(report, tmp)]
     notes = family_spec(record["family"]).serving_notes(tmp)
