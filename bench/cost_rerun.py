@@ -34,9 +34,10 @@ from draftzoo.eval.publish import publish
 from draftzoo.eval.runner import REPORT_FILE, environment
 
 
-def rerun_command(folder: Path, out: Path, steps: int, processes: int) -> list[str]:
-    """`draftzoo train` of the entry's recipe as run, for `steps` steps into `out`."""
-    recipe = yaml_recipe(folder)
+def rerun_command(folder: Path, out: Path, steps: int, record: dict) -> list[str]:
+    """`draftzoo train` of the entry's recipe as run (`recipe.yaml`, its record's recipe), for
+    `steps` steps into `out` with the process count it trained with."""
+    recipe, processes = record.get("recipe", {}), record["training"].get("num_processes", 1)
     warmup = min(int(recipe.get("train", {}).get("warmup_steps", 0)), steps // 2)
     command = [sys.executable, "-m", "draftzoo", "train", str(folder / "recipe.yaml")]
     if processes > 1:
@@ -54,18 +55,13 @@ def rerun_command(folder: Path, out: Path, steps: int, processes: int) -> list[s
     return command
 
 
-def yaml_recipe(folder: Path) -> dict:
-    import yaml
-
-    return yaml.safe_load((folder / "recipe.yaml").read_text())
-
-
 def measure(name: str, folder: Path, steps: int) -> dict:
     """The cost figures of a `steps`-step rerun of the entry's recipe, with their provenance."""
-    processes = read_drafter_record(folder)["training"].get("num_processes", 1)
+    record = read_drafter_record(folder)
+    processes = record["training"].get("num_processes", 1)
     with tempfile.TemporaryDirectory(prefix=f"cost-{name}-") as scratch:
         out = Path(scratch) / name
-        command = rerun_command(folder, out, steps, processes)
+        command = rerun_command(folder, out, steps, record)
         print(f"[cost] {name}: {' '.join(command)}", flush=True)
         began = time.time()
         subprocess.run(command, check=True)
