@@ -1,7 +1,7 @@
 """Chain tau of DFlash drafters (and others beside them) on the same prompts, T = 0 and 1.
 
     python bench/dflash_tau.py recipes/zoo/dflash-testbed-small runs/dflash-remedies/baseline
-        [--prompts 8] [--gamma 4]
+        [--prompts 8] [--gamma 4] [--prompt-set humaneval --prompt-set QUESTIONS.jsonl]
 
 Tau (tokens per target forward) does not depend on the clock, so it is measured on a busy
 machine as well as on a quiet one; greedy outputs are checked against target-only decoding.
@@ -36,7 +36,14 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=8, help="per prompt set")
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--gamma", type=int, default=4, help="chain length (at most block - 1)")
+    parser.add_argument(
+        "--prompt-set",
+        action="append",
+        default=[],
+        help="a named set or a question file (repeatable; default humaneval and stdlib-heldout)",
+    )
     args = parser.parse_args()
+    prompt_sets = args.prompt_set or ["humaneval", "stdlib-heldout"]
     target = tokenizer = prompts = reference = None
     greedy = SamplingParams(max_new_tokens=args.max_new_tokens)
     sampled = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=1.0)
@@ -56,7 +63,7 @@ def main() -> None:
             target, tokenizer = generator.target, generator.tokenizer
             prompts = [
                 p.render(tokenizer, chat=True)
-                for name in ("humaneval", "stdlib-heldout")
+                for name in prompt_sets
                 for p in load_prompt_set(name)[: args.prompts]
             ]
             plain = SpeculativeGenerator(target, tokenizer)

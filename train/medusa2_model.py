@@ -31,6 +31,9 @@ class AdaptedTargetHeads(nn.Module):
         # each trained tensor once, under its first name (the target's layers are reachable
         # under two: the model's own path and the adapter's `decoder_layers` alias)
         self._trained = {n for n, p in self.named_parameters() if p.requires_grad}
+        # and the heads' buffers (a truncated draft vocabulary's `token_map`): the drafter needs
+        # them, though they are set when the heads are built, not trained
+        self._kept = self._trained | {f"heads.{n}" for n, _ in heads.named_buffers()}
         self.register_state_dict_post_hook(_trained_only)
         self.register_load_state_dict_post_hook(_ignore_untrained)
 
@@ -70,14 +73,15 @@ class AdaptedTargetHeads(nn.Module):
 
 
 def _trained_only(module: AdaptedTargetHeads, state_dict, prefix, local_metadata) -> None:
-    """State-dict hook: only the trained tensors are kept."""
+    """State-dict hook: only the trained tensors and the heads' buffers are kept."""
     for key in [k for k in state_dict if k.startswith(prefix)]:
-        if key[len(prefix) :] not in module._trained:
+        if key[len(prefix) :] not in module._kept:
             del state_dict[key]
 
 
 def _ignore_untrained(module: AdaptedTargetHeads, incompatible) -> None:
-    """Load hook: the frozen base is not in a checkpoint, so it is not 'missing'."""
+    """Load hook: the frozen base is not in a checkpoint, so it is not 'missing' (nor are the
+    heads' buffers, set when the heads were built)."""
     missing = [k for k in incompatible.missing_keys if _unprefixed(k) in module._trained]
     incompatible.missing_keys[:] = missing
 

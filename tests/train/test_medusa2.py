@@ -177,3 +177,28 @@ def test_heads_start_from_medusa1_heads_of_the_same_shape(testbed_tiny, chat, tm
     )
     with pytest.raises(ConfigError, match="3 heads"):
         _initial_heads(fewer, target)
+
+
+def test_heads_over_a_draft_vocabulary_keep_it_through_the_joint_stage(
+    testbed_tiny, chat, tmp_path
+):
+    """Truncated heads' `token_map` is a buffer, not a trained tensor: the drafter and its
+    checkpoints must keep it all the same, and the drafter loads."""
+    from draftzoo.architectures.medusa import load_medusa
+    from draftzoo.train.medusa import run as run_medusa1
+    from tests.train.helpers import tiny_medusa_recipe
+
+    truncated = {"num_heads": 3, "draft_vocab_size": 40}
+    stage1 = tiny_medusa_recipe(tmp_path / "m1", testbed_tiny[0], chat, medusa=truncated)
+    run_medusa1(stage1)
+    recipe = tiny_medusa2_recipe(
+        tmp_path, testbed_tiny[0], chat, init_heads=stage1.output_dir, medusa=truncated
+    )
+    run(recipe)
+    target = load_target(recipe.target, "cpu")
+    heads = load_medusa(Path(recipe.output_dir), target)
+    stage1_map = load_medusa(Path(stage1.output_dir), target).token_map
+    assert heads.token_map is not None and heads.token_map.shape == (40,)
+    assert torch.equal(heads.token_map, stage1_map)
+    checkpoints = sorted((Path(recipe.output_dir + ".work") / "checkpoints").glob("step-*"))
+    assert checkpoints and "heads.token_map" in load_file(checkpoints[-1] / "model.safetensors")
