@@ -34,10 +34,9 @@ from draftzoo.eval.publish import publish
 from draftzoo.eval.runner import REPORT_FILE, environment
 
 
-def rerun_command(folder: Path, out: Path, steps: int, record: dict) -> list[str]:
-    """`draftzoo train` of the entry's recipe as run (`recipe.yaml`, its record's recipe), for
-    `steps` steps into `out` with the process count it trained with."""
-    recipe, processes = record.get("recipe", {}), record["training"].get("num_processes", 1)
+def rerun_command(folder: Path, out: Path, steps: int, recipe: dict, processes: int) -> list[str]:
+    """`draftzoo train` of the entry's recipe as run (`recipe.yaml`; `recipe`, its record's
+    copy), for `steps` steps into `out` with `processes` processes."""
     warmup = min(int(recipe.get("train", {}).get("warmup_steps", 0)), steps // 2)
     command = [sys.executable, "-m", "draftzoo", "train", str(folder / "recipe.yaml")]
     if processes > 1:
@@ -61,7 +60,7 @@ def measure(name: str, folder: Path, steps: int) -> dict:
     processes = record["training"].get("num_processes", 1)
     with tempfile.TemporaryDirectory(prefix=f"cost-{name}-") as scratch:
         out = Path(scratch) / name
-        command = rerun_command(folder, out, steps, record)
+        command = rerun_command(folder, out, steps, record.get("recipe", {}), processes)
         print(f"[cost] {name}: {' '.join(command)}", flush=True)
         began = time.time()
         subprocess.run(command, check=True)

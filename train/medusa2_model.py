@@ -34,7 +34,7 @@ class AdaptedTargetHeads(nn.Module):
         # and the heads' buffers (a truncated draft vocabulary's `token_map`): the drafter needs
         # them, though they are set when the heads are built, not trained
         self._kept = self._trained | {f"heads.{n}" for n, _ in heads.named_buffers()}
-        self.register_state_dict_post_hook(_trained_only)
+        self.register_state_dict_post_hook(_kept_only)
         self.register_load_state_dict_post_hook(_ignore_untrained)
 
     @property
@@ -72,7 +72,7 @@ class AdaptedTargetHeads(nn.Module):
         (path / ADAPTER_DIR / "README.md").unlink(missing_ok=True)  # peft's blank card
 
 
-def _trained_only(module: AdaptedTargetHeads, state_dict, prefix, local_metadata) -> None:
+def _kept_only(module: AdaptedTargetHeads, state_dict, prefix, local_metadata) -> None:
     """State-dict hook: only the trained tensors and the heads' buffers are kept."""
     for key in [k for k in state_dict if k.startswith(prefix)]:
         if key[len(prefix) :] not in module._kept:

@@ -186,6 +186,7 @@ def test_heads_over_a_draft_vocabulary_keep_it_through_the_joint_stage(
     checkpoints must keep it all the same, and the drafter loads."""
     from draftzoo.architectures.medusa import load_medusa
     from draftzoo.train.medusa import run as run_medusa1
+    from draftzoo.train.setup import work_dir_of
     from tests.train.helpers import tiny_medusa_recipe
 
     truncated = {"num_heads": 3, "draft_vocab_size": 40}
@@ -200,5 +201,8 @@ def test_heads_over_a_draft_vocabulary_keep_it_through_the_joint_stage(
     stage1_map = load_medusa(Path(stage1.output_dir), target).token_map
     assert heads.token_map is not None and heads.token_map.shape == (40,)
     assert torch.equal(heads.token_map, stage1_map)
-    checkpoints = sorted((Path(recipe.output_dir + ".work") / "checkpoints").glob("step-*"))
-    assert checkpoints and "heads.token_map" in load_file(checkpoints[-1] / "model.safetensors")
+    checkpoints = list((work_dir_of(recipe) / "checkpoints").glob("step-*"))
+    assert checkpoints
+    for checkpoint in checkpoints:
+        saved = load_file(checkpoint / "model.safetensors")
+        assert torch.equal(saved["heads.token_map"], stage1_map)
