@@ -368,11 +368,13 @@ def measure(work: Path, families: list[str], certificate: bool) -> None:
 
 def certify(work: Path, families: list[str]) -> None:
     """The losslessness certificate for every measured row whose report has none, served as
-    its report was (untimed: it may run in another sitting than the timed phase)."""
+    its report was (untimed: it may run in another sitting than the timed phase); the rows
+    `ship` would publish first, so that a shortened sitting can still ship."""
     from draftzoo.eval.certificate import describe
     from draftzoo.eval.runner import EvalConfig, certificate_of, load_prompts, write_report
 
-    for row in rows_of(work, families):
+    shipped = {path.parent.name for _, path in best_rows(work).values()}
+    for row in sorted(rows_of(work, families), key=lambda row: row.name not in shipped):
         path = work / "reports" / row.name / "report.json"
         report = json.loads(path.read_text()) if path.is_file() else {}
         if not report or report.get("certificate"):
@@ -417,10 +419,8 @@ def board(work: Path, output_dir: Path) -> None:
     print(leaderboard.render(rows, title, plot=None))
 
 
-def ship(work: Path) -> None:
-    """Publish each family's best measured row into the shipped zoo, with its report."""
-    from draftzoo.eval.publish import publish
-
+def best_rows(work: Path) -> dict[str, tuple[float, Path]]:
+    """Each family's measured row with the highest speedup at T = 0 (batch 1): its report."""
     best: dict[str, tuple[float, Path]] = {}
     for path in sorted((work / "reports").glob("*/report.json")):
         report = json.loads(path.read_text())
@@ -434,7 +434,14 @@ def ship(work: Path) -> None:
         )
         if family not in best or speedup > best[family][0]:
             best[family] = (speedup, path)
-    for family, (speedup, path) in best.items():
+    return best
+
+
+def ship(work: Path) -> None:
+    """Publish each family's best measured row into the shipped zoo, with its report."""
+    from draftzoo.eval.publish import publish
+
+    for family, (speedup, path) in best_rows(work).items():
         folder = Path(json.loads(path.read_text())["checkpoint"]["path"])
         name = FAMILIES[family][-1].zoo_name
         published = publish(folder, path, ZOO, name, overwrite=True)
