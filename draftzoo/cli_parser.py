@@ -122,7 +122,9 @@ TREE_HELP = (
 )
 HYBRID_HELP = (
     "the drafter's chain (with --tree: its tree) with suffix decoding's branches merged in, or "
-    "suffix branches alone when they score above what the drafter delivers"
+    "suffix branches alone when they score above what the drafter delivers; while the "
+    "drafter's rounds commit fewer tokens a second than plain decoding steps (timed), suffix "
+    "branches alone or nothing"
 )
 
 

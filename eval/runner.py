@@ -583,6 +583,7 @@ def evaluate(
             "proposal": drafter.proposal,
             "num_speculative_tokens": drafter.num_speculative_tokens,
             "tree": asdict(drafter.tree) if drafter.tree else None,
+            "hybrid_rule": drafter.hybrid_rule,
         },
         "categories": sorted({p.category for p in prompts[1:]}),
         "heldout": heldout_record(config),

@@ -10,13 +10,22 @@ such rounds measurably delivered, then picks what is verified:
 - **both** when the calibrated score is at least `min_score`: the drafter's chain or tree
   with the suffix branches merged in: a suffix node whose parent already has a child of the
   same token follows that child, the others are appended after the drafter's own children;
-- **the drafter alone** otherwise (its proposal untouched, on the device where it drafted).
+- **the drafter alone** otherwise (its proposal untouched, on the device where it drafted);
+- **nothing** (a plain decoding step, one target forward for one token), or the suffix
+  branches alone when their calibrated score is at least `min_score`, while the drafter does
+  not pay: when the rounds it drafts commit fewer tokens per second of wall-clock than plain
+  decoding steps (`pace`). Each kind
+  is timed from one round's start to the next's; a plain step is probed while the drafter
+  pays and the drafter while it does not, every `probe_every` rounds.
 
 Every measurement is read from the next round's context (which nodes the committed tokens
 followed) and kept per sampling temperature (counts overstate what a sampled target accepts):
-the drafter's accepted nodes per round it drafted, and for each of "suffix alone" and "both"
-the suffix nodes accepted against the scores promised (exponential averages; a score is
-taken as it is until its kind of round has been measured).
+the drafter's accepted nodes per round it drafted, for each of "suffix alone" and "both"
+the suffix nodes accepted against the scores promised, and the seconds and committed tokens of
+rounds the drafter drafted and of plain steps (exponential averages; a score is taken as it is
+until its kind of round has been measured). Timing makes the choices, not the output, depend
+on the machine: greedy output is the target's whatever is proposed, and sampled output is the
+target's distribution (a fixed seed no longer fixes the sample, since the proposals differ).
 
 Lossless: suffix nodes are deterministic (q one-hot) and come after the drafter's siblings, so
 recursive rejection at every node tests each child against the distribution it was drawn
@@ -25,6 +34,7 @@ from (acceptance.py); greedy rounds follow the target's argmax down the merged t
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -36,8 +46,8 @@ from .sampling import SamplingParams
 from .suffix import Speculation, SuffixCache, SuffixProposer, SuffixSettings
 from .tree import Proposal
 
-#: the rule's choices, as counted in `HybridProposer.choices`
-CHOICES = ("suffix", "both", "drafter")
+#: the rule's choices, as counted in `HybridProposer.choices` ("none": a plain decoding step)
+CHOICES = ("suffix", "both", "drafter", "none")
 
 
 @dataclass(frozen=True)
@@ -50,6 +60,10 @@ class HybridSettings:
     alone_margin: float = 1.0
     min_score: float = 0.5  # suffix branches join the drafter's from this calibrated score on
     decay: float = 0.8  # weight of the past in every measured average
+    #: weigh the drafter's tokens per second against plain decoding's (False: the three
+    #: choices by scores alone, whatever a round costs)
+    pace: bool = True
+    probe_every: int = 32  # rounds between probes of the kind the rule is not choosing
 
     def __post_init__(self) -> None:
         if self.alone_margin <= 0:
@@ -58,6 +72,13 @@ class HybridSettings:
             raise GenerationError(f"hybrid min_score must be >= 0, got {self.min_score}")
         if not 0 <= self.decay < 1:
             raise GenerationError(f"hybrid decay must be in [0, 1), got {self.decay}")
+        if self.probe_every < 2:
+            raise GenerationError(f"hybrid probe_every must be >= 2, got {self.probe_every}")
+
+    def rule(self) -> dict[str, float | bool]:
+        """The rule's settings, as reports record them (the suffix settings apart)."""
+        names = ("alone_margin", "min_score", "decay", "pace", "probe_every")
+        return {name: getattr(self, name) for name in names}
 
 
 @dataclass
@@ -82,12 +103,49 @@ class Delivery:
 
 
 @dataclass
+class Pace:
+    """Exponential averages of one kind of round's wall-clock seconds and committed tokens."""
+
+    seconds: float | None = None
+    tokens: float | None = None
+
+    def add(self, seconds: float, tokens: int, decay: float) -> None:
+        if self.seconds is None or self.tokens is None:
+            self.seconds, self.tokens = seconds, float(tokens)
+            return
+        self.seconds = decay * self.seconds + (1 - decay) * seconds
+        self.tokens = decay * self.tokens + (1 - decay) * tokens
+
+    def rate(self) -> float | None:
+        """Committed tokens per second (None before any measured round)."""
+        if self.seconds is None or self.tokens is None:
+            return None
+        return self.tokens / max(self.seconds, 1e-9)
+
+
+@dataclass
 class Calibration:
     """What each kind of round delivered at one sampling temperature."""
 
     drafter: Delivery = field(default_factory=Delivery)  # accepted drafter nodes a round (of 1)
     alone: Delivery = field(default_factory=Delivery)  # suffix-alone rounds: accepted / score
     both: Delivery = field(default_factory=Delivery)  # the suffix nodes of "both" rounds
+    drafting: Pace = field(default_factory=Pace)  # rounds the drafter drafted ("drafter", "both")
+    plain: Pace = field(default_factory=Pace)  # plain decoding steps ("none")
+    rounds: int = 0  # rounds proposed at this temperature (for the probes)
+
+    def by_pace(self, probe: bool) -> str:
+        """What the measured paces ask of this round: "drafter" (it pays, or is probed), "none"
+        (a plain step: to measure one, first after the drafter's first round, then on probes
+        while the drafter pays) or "without" (the drafter does not pay: no drafter round)."""
+        drafting, plain = self.drafting.rate(), self.plain.rate()
+        if drafting is None:
+            return "drafter"
+        if plain is None:
+            return "none"
+        if drafting >= plain:
+            return "none" if probe else "drafter"
+        return "drafter" if probe else "without"
 
 
 @dataclass
@@ -100,6 +158,7 @@ class _Round:
     choice: str  # one of CHOICES
     calibration: Calibration
     score: float = 0.0  # the suffix proposal's score (0 when it had none)
+    started: float = 0.0  # time.perf_counter() when the round's proposal began
 
 
 def merge(proposal: Proposal, found: Speculation) -> tuple[Proposal, list[bool]]:
@@ -177,14 +236,21 @@ class HybridProposer(Proposer):
         self.drafter.finish(token_ids)
         self.suffix.finish(token_ids)
 
-    def _measure(self, context: list[int]) -> None:
-        """What the last round's drafter and suffix nodes delivered, into its calibration."""
+    def _measure(self, context: list[int], now: float) -> None:
+        """What the last round's drafter and suffix nodes delivered, and how long the round
+        took (proposal to proposal), into its calibration."""
         last, self._last = self._last, None
         if last is None:
             return
+        decay, calibration = self.settings.decay, last.calibration
         committed = context[last.context_length :][:-1]  # the last token is the target's
+        if last.choice in ("drafter", "both"):
+            calibration.drafting.add(now - last.started, len(committed) + 1, decay)
+        elif last.choice == "none":
+            calibration.plain.add(now - last.started, len(committed) + 1, decay)
         if last.choice == "suffix":
-            last.calibration.alone.add(len(committed), last.score, self.settings.decay)
+            calibration.alone.add(len(committed), last.score, decay)
+        if last.choice in ("suffix", "none"):
             return
         if last.from_drafter is None:  # every node the drafter's: no walk (nor host read)
             mine, theirs = len(committed), 0
@@ -192,9 +258,26 @@ class HybridProposer(Proposer):
             path = accepted_nodes(last.proposal, committed)
             mine = sum(1 for node in path if last.from_drafter[node])
             theirs = len(path) - mine
-        last.calibration.drafter.add(mine, 1.0, self.settings.decay)
+        calibration.drafter.add(mine, 1.0, decay)
         if last.choice == "both":
-            last.calibration.both.add(theirs, last.score, self.settings.decay)
+            calibration.both.add(theirs, last.score, decay)
+
+    def _choose(self, found: Speculation | None, calibration: Calibration) -> str:
+        """The rule: one of CHOICES for this round."""
+        settings = self.settings
+        expected = calibration.drafter.delivered
+        calibrated = -1.0 if found is None else calibration.alone.calibrate(found.score)
+        if expected is not None and calibrated >= settings.alone_margin * expected:
+            return "suffix"
+        if settings.pace:
+            pace = calibration.by_pace(calibration.rounds % settings.probe_every == 0)
+            if pace == "without":
+                return "suffix" if calibrated >= settings.min_score else "none"
+            if pace == "none":
+                return "none"
+        if found is None or calibration.both.calibrate(found.score) < settings.min_score:
+            return "drafter"
+        return "both"
 
     @torch.no_grad()
     def propose(
@@ -204,28 +287,34 @@ class HybridProposer(Proposer):
         params: SamplingParams,
         generator: torch.Generator | None,
     ) -> Proposal:
-        self._measure(context)
+        now = time.perf_counter()
+        self._measure(context, now)
         self.suffix.update(context)
         if max_tokens <= 0:
             return Proposal.chain([])
         found = self.suffix.speculation(context, max_tokens)
-        settings = self.settings
         calibration = self.calibrations.setdefault(params.temperature, Calibration())
-        expected = calibration.drafter.delivered
-        alone = found is not None and expected is not None
-        if alone and calibration.alone.calibrate(found.score) >= settings.alone_margin * expected:
-            self.choices["suffix"] += 1
+        calibration.rounds += 1
+        choice = self._choose(found, calibration)
+        self.choices[choice] += 1
+        if choice == "none":
+            self._last = _Round(len(context), Proposal.chain([]), [], "none", calibration)
+            self._last.started = now
+            return self._last.proposal
+        if choice == "suffix":
+            assert found is not None
             proposal = Proposal(found.tokens, found.parents)
-            suffix_only = [False] * len(proposal)
-            self._last = _Round(len(context), proposal, suffix_only, "suffix", calibration)
-            self._last.score = found.score
+            alone = [False] * len(proposal)
+            self._last = _Round(len(context), proposal, alone, "suffix", calibration, found.score)
+            self._last.started = now
             return proposal
         proposal = self.drafter.propose(context, max_tokens, params, generator)
-        if found is None or calibration.both.calibrate(found.score) < settings.min_score:
-            self.choices["drafter"] += 1
+        if choice == "drafter":
             self._last = _Round(len(context), proposal, None, "drafter", calibration)
-            return proposal
-        self.choices["both"] += 1
-        merged, from_drafter = merge(proposal, found)
-        self._last = _Round(len(context), merged, from_drafter, "both", calibration, found.score)
-        return merged
+        else:
+            assert found is not None
+            proposal, from_drafter = merge(proposal, found)
+            self._last = _Round(len(context), proposal, from_drafter, "both", calibration)
+            self._last.score = found.score
+        self._last.started = now
+        return proposal

@@ -58,6 +58,8 @@ class DrafterRuntime:
     begin_pass: Callable[[], None] = lambda: None
     #: the checkpoint hash of the files the module was built from (read before and after)
     sha256: str | None = None
+    #: a hybrid's rule, as reports record it (`HybridSettings.rule`); None for other proposals
+    hybrid_rule: dict[str, Any] | None = None
 
     @property
     def family(self) -> str:
@@ -234,6 +236,7 @@ def hybrid_runtime(
         proposal,
         loaded.tree,
         cache.clear,
+        hybrid_rule=settings.rule(),
     )
 
 

@@ -1,6 +1,6 @@
 """Hybrid proposals: suffix branches merged into a drafter's tree (shared prefixes followed,
-one-hot q appended), the rule's three choices, greedy identity, exact sampling with both branch
-kinds in one tree, loading and its refusals."""
+one-hot q appended), the rule's choices (by scores and by measured paces), greedy identity,
+exact sampling with both branch kinds in one tree, loading and its refusals."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from draftzoo.inference.hybrid import (
     Delivery,
     HybridProposer,
     HybridSettings,
+    Pace,
     accepted_nodes,
     merge,
 )
@@ -67,9 +68,8 @@ def test_greedy_output_equals_target_only_and_the_rule_uses_each_choice(
     runtime.begin_pass()
     assert proposer.suffix.cache.tokens == 0
     # suffix branches beside the drafter's in every round they score
-    both = HybridProposer(
-        proposer.drafter, HybridSettings(alone_margin=1e9, min_score=0.0), SuffixCache()
-    )
+    settings = HybridSettings(alone_margin=1e9, min_score=0.0, pace=False)
+    both = HybridProposer(proposer.drafter, settings, SuffixCache())
     generator = SpeculativeGenerator(model, tokenizer, both, runtime.num_speculative_tokens)
     assert [generator.generate(p, params).token_ids for p in PROMPTS] == reference
     assert both.choices["both"] > 0 and "suffix" not in both.choices
@@ -114,6 +114,71 @@ def test_the_rule_calibrates_suffix_scores_by_what_they_delivered_per_temperatur
     assert proposer.choices == {"both": 1} and set(proposer.calibrations) == {0.0, 1.0}
 
 
+def test_the_rule_drafts_nothing_or_suffix_alone_while_the_drafter_does_not_pay():
+    greedy = SamplingParams(temperature=0.0)
+
+    def slow(alone: float = 1.0, **paces) -> Calibration:
+        """The drafter delivers 2 a round; the counts' 3 after "1 2" calibrate to `alone`:
+        below it, and below the score for "both" (0.5) when `alone` is."""
+        return Calibration(Delivery(2.0, 1.0), Delivery(alone, 3.0), **paces)
+
+    # unmeasured: the drafter first, then a plain step, then whichever is faster
+    proposer = _calibrated(slow())
+    proposer.propose([9, 1, 2], 4, greedy, None)
+    assert proposer.choices == {"both": 1}
+    assert proposer.propose([9, 1, 2, 3, 7], 4, greedy, None).tokens == []
+    assert proposer.choices == {"both": 1, "none": 1}
+    proposer.propose([9, 1, 2, 3, 7, 6], 4, greedy, None)
+    measured = proposer.calibrations[0.0]
+    assert measured.drafting.tokens == 2 and measured.plain.tokens == 1
+    assert measured.drafting.seconds > 0 and measured.plain.seconds > 0
+    # plain steps at 2 tokens/s, the drafter's rounds at 1.5: suffix alone where it matches
+    # with a calibrated score of 0.5 or more, else nothing; the drafter again on a probe round
+    paces = dict(drafting=Pace(1.0, 1.5), plain=Pace(0.5, 1.0))
+    proposer = _calibrated(slow(**paces))
+    assert proposer.propose([9, 1, 2], 4, greedy, None).tokens == [3, 4, 5]
+    assert proposer.propose([9, 1, 2, 3, 8], 4, greedy, None).tokens == []  # no match
+    assert proposer.choices == {"suffix": 1, "none": 1}
+    proposer = _calibrated(slow(alone=0.3, **paces))
+    assert proposer.propose([9, 1, 2], 4, greedy, None).tokens == []  # a match scoring 0.3
+    assert proposer.choices == {"none": 1}
+    proposer = _calibrated(slow(**paces, rounds=31))  # round 32: a probe
+    proposer.propose([9, 1, 2], 4, greedy, None)
+    assert proposer.choices == {"both": 1}
+    # the drafter's rounds at 3 tokens/s: it drafts; a plain step on a probe round
+    paces = dict(drafting=Pace(1.0, 3.0), plain=Pace(0.5, 1.0))
+    proposer = _calibrated(slow(**paces))
+    proposer.propose([9, 1, 2], 4, greedy, None)
+    assert proposer.choices == {"both": 1}
+    proposer = _calibrated(slow(**paces, rounds=31))
+    assert proposer.propose([9, 1, 2], 4, greedy, None).tokens == []
+    assert proposer.choices == {"none": 1}
+    # pace=False: by scores alone
+    proposer = _calibrated(slow(drafting=Pace(1.0, 1.5), plain=Pace(0.5, 1.0)))
+    proposer.settings = HybridSettings(proposer.settings.suffix, decay=0.0, pace=False)
+    proposer.propose([9, 1, 2], 4, greedy, None)
+    assert proposer.choices == {"both": 1}
+
+
+def test_plain_steps_and_suffix_rounds_instead_of_a_slow_drafter_keep_greedy_identity(
+    tiny_drafters, target_and_tokenizer, reference
+):
+    model, tokenizer = target_and_tokenizer
+    runtime = load_drafter(tiny_drafters["eagle3"], model, tokenizer, "hybrid-tree", 3)
+    # the drafter measured (and, with decay 0.99, kept) far slower than plain steps
+    settings = HybridSettings(SuffixSettings(tree=True), decay=0.99)
+    proposer = HybridProposer(runtime.make_proposer().drafter, settings, SuffixCache())
+    slow = Calibration(drafting=Pace(100.0, 1.0), plain=Pace(1e-3, 1.0))
+    proposer.calibrations[0.0] = slow
+    generator = SpeculativeGenerator(model, tokenizer, proposer, runtime.num_speculative_tokens)
+    params = SamplingParams(max_new_tokens=32)
+    for _ in range(2):  # the second pass drafts from the global cache
+        assert [generator.generate(p, params).token_ids for p in PROMPTS] == reference
+    assert proposer.choices["none"] > 0 and proposer.choices["suffix"] > 0, proposer.choices
+    rounds = sum(proposer.choices.values())
+    assert 0 < proposer.choices["drafter"] + proposer.choices["both"] <= rounds // 32 + 1
+
+
 @pytest.mark.parametrize("tree", [False, True], ids=["eagle3-chain", "eagle3-tree"])
 def test_sampling_with_both_branch_kinds_matches_the_target_distribution(tree):
     """An untrained EAGLE-3 drafter's sampled chain or tree (its q far from p) with suffix
@@ -128,6 +193,7 @@ def test_sampling_with_both_branch_kinds_matches_the_target_distribution(tree):
         SuffixSettings(depth=4, max_draft=2, tree=True, min_token_prob=0.0, spec_factor=4),
         alone_margin=1e9,
         min_score=0.0,
+        pace=False,
     )
     proposer = HybridProposer(_eagle3(target, tree), settings, cache)
     generator = SpeculativeGenerator(target, None, proposer, num_speculative_tokens=3)
@@ -195,6 +261,8 @@ def test_bad_hybrid_settings_are_refused():
         HybridSettings(alone_margin=0)
     with pytest.raises(GenerationError, match="decay"):
         HybridSettings(decay=1.0)
+    with pytest.raises(GenerationError, match="probe_every must be >= 2"):
+        HybridSettings(probe_every=1)
     assert HybridProposer(PromptLookupProposer()).target_layers == ()
 
 
@@ -212,8 +280,10 @@ def test_an_eval_of_a_hybrid_reports_its_rounds_by_the_rules_choice(
         certificate_samples=0,
     )
     report = evaluate(model, tokenizer, drafter, config, str(path), show_progress=False)
+    assert report["serving"]["hybrid_rule"] == HybridSettings().rule()
+    assert report["serving"]["hybrid_rule"]["pace"] is True
     for row in report["results"]:
         rounds = row["hybrid_rounds"]
-        assert set(rounds) <= {"suffix", "both", "drafter"} and sum(rounds.values()) > 0
+        assert set(rounds) <= {"suffix", "both", "drafter", "none"} and sum(rounds.values()) > 0
         # every round the rule chose was one verification forward (warm-up prompt included)
         assert sum(rounds.values()) >= row["per_prompt"][0]["forwards"]
