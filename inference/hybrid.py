@@ -14,9 +14,9 @@ such rounds measurably delivered, then picks what is verified:
 - **nothing** (a plain decoding step, one target forward for one token), or the suffix
   branches alone when their calibrated score is at least `min_score`, while the drafter does
   not pay: when the rounds it drafts commit fewer tokens per second of wall-clock than plain
-  decoding steps (`pace`). Each kind
-  is timed from one round's start to the next's; a plain step is probed while the drafter
-  pays and the drafter while it does not, every `probe_every` rounds.
+  decoding steps (`pace`). Each kind is timed from one round's start to the next's; a plain
+  step is probed while the drafter pays and the drafter while it does not, every
+  `probe_every` rounds.
 
 Every measurement is read from the next round's context (which nodes the committed tokens
 followed) and kept per sampling temperature (counts overstate what a sampled target accepts):
