@@ -22,6 +22,8 @@ _EXPORTS = {
     "EagleProposer": "draftzoo.inference.eagle",
     "TreeSettings": "draftzoo.inference.eagle",
     "PositionTree": "draftzoo.inference.position_tree",
+    "SuffixSettings": "draftzoo.inference.suffix",
+    "HybridSettings": "draftzoo.inference.hybrid",
     "load": "draftzoo.inference.load",
     "export_drafter": "draftzoo.architectures.export",
     "DraftzooError": "draftzoo.architectures.errors",

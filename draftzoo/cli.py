@@ -117,6 +117,17 @@ def _suffix_settings(args: argparse.Namespace, tree: bool = False):
     )
 
 
+def _hybrid_settings(args: argparse.Namespace):
+    """The hybrid rule `generate --hybrid-by-scores` asks for (None: the default rule)."""
+    if not args.hybrid_by_scores:
+        return None
+    if not args.hybrid:
+        raise ConfigError("--hybrid-by-scores sets the rule of --hybrid: use it with --hybrid")
+    from draftzoo.inference.hybrid import HybridSettings
+
+    return HybridSettings(pace=False)
+
+
 def _generate_suffix(args: argparse.Namespace):
     """The suffix settings `generate` asks for: suffix decoding's, a hybrid's (trees of
     continuations), or None."""
@@ -171,6 +182,7 @@ def _generate(args: argparse.Namespace) -> int:
         tree=tree,
         device=_device(args.device),
         cache=CacheSettings(static=args.static_cache, max_length=args.max_cache_length),
+        hybrid=_hybrid_settings(args),
     )
     out = generator.generate(args.prompt, params)
     print(args.prompt + out.text)

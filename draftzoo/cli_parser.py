@@ -247,6 +247,12 @@ def build_parser(handlers: Mapping[str, Callable]) -> argparse.ArgumentParser:
     )
     gen.add_argument("--tree", action="store_true", help=TREE_HELP)
     gen.add_argument("--hybrid", action="store_true", help=HYBRID_HELP)
+    gen.add_argument(
+        "--hybrid-by-scores",
+        action="store_true",
+        help="--hybrid: choose each round by scores alone, without timing rounds (a --seed "
+        "then fixes a sampled output)",
+    )
     _add_tree_options(gen)
     gen.add_argument("--min-ngram", type=int, default=1, help="prompt lookup: shortest n-gram")
     gen.add_argument("--max-ngram", type=int, default=3, help="prompt lookup: longest n-gram")

@@ -12,7 +12,7 @@ checked against the target before anything runs; a mismatch is refused naming bo
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -100,6 +100,7 @@ def load_drafter(
     cache: CacheSettings = GROWING,
     record: dict[str, Any] | None = None,
     suffix: SuffixSettings | None = None,
+    hybrid: HybridSettings | None = None,
 ) -> DrafterRuntime:
     """A drafter folder loaded for `target` (a transformers causal LM), fingerprint-checked.
 
@@ -112,14 +113,15 @@ def load_drafter(
     (Medusa-2) changes `target` in place. `cache`: how the proposers keep their caches
     (`CacheSettings`). `record`: the drafter's record when the caller has read it already.
     `suffix`: a hybrid's suffix decoding settings (default: trees of continuations, the global
-    cache in memory)."""
+    cache in memory); `hybrid`: the hybrid's rule (`HybridSettings`; `suffix`, when given,
+    replaces its suffix settings)."""
     folder = Path(folder)
+    settings = _hybrid_settings(proposal, hybrid, suffix)
     record = read_drafter_record(folder) if record is None else record
     try:
         spec = family_spec(record["family"])
     except UnknownFamilyError as err:
         raise DrafterError(f"{folder}: {err}") from err
-    hybrid = proposal in HYBRIDS
     drafted = HYBRIDS.get(proposal, proposal)  # what the drafter itself proposes
     request = DrafterRequest(drafted, num_speculative_tokens, tree, cache)
     if drafted == "tree" and not spec.drafts_trees:
@@ -132,8 +134,7 @@ def load_drafter(
     loaded, digest = _load_hashed(spec, folder, record, target, tokenizer, request)
     if request.proposal == "tree" and num_speculative_tokens is not None:
         num_speculative_tokens = loaded.tree.depth
-    if hybrid:
-        settings = HybridSettings() if suffix is None else HybridSettings(suffix=suffix)
+    if settings is not None:
         runtime = hybrid_runtime(
             folder, record, loaded, num_speculative_tokens, proposal, settings, tokenizer
         )
@@ -203,6 +204,19 @@ def prompt_lookup_runtime(
     return DrafterRuntime(
         Path(PROMPT_LOOKUP), record, nn.Module(), make, num_speculative_tokens, "chain"
     )
+
+
+def _hybrid_settings(
+    proposal: str, hybrid: HybridSettings | None, suffix: SuffixSettings | None
+) -> HybridSettings | None:
+    """A hybrid proposal's settings, `suffix` replacing their suffix settings when given; None
+    for other proposals, which take no hybrid settings."""
+    if proposal not in HYBRIDS:
+        if hybrid is not None:
+            raise ProposerError(f"hybrid settings are a hybrid proposal's, not {proposal!r}'s")
+        return None
+    settings = hybrid or HybridSettings()
+    return settings if suffix is None else replace(settings, suffix=suffix)
 
 
 #: proposals that merge suffix decoding's branches into what the drafter proposes: its chain
@@ -287,6 +301,7 @@ def load(
     zoos: list[Path] | None = None,
     cache: CacheSettings = GROWING,
     suffix: SuffixSettings | None = None,
+    hybrid: HybridSettings | None = None,
 ) -> SpeculativeGenerator:
     """A `SpeculativeGenerator` for a published drafter (zoo name) or a drafter folder.
 
@@ -298,10 +313,9 @@ def load(
     and draft/verify cost (`AdaptiveLength`).
     `cache`: how the target's and the drafter's KV caches are kept, e.g.
     `CacheSettings(static=True, max_length=4096)`: buffers allocated once, whose decode
-    forwards replay as CUDA graphs on a GPU. `suffix`: the hybrid proposals' suffix decoding,
-    e.g. `SuffixSettings(tree=True, cache_path="suffix-cache.json")` to keep what earlier
-    processes generated.
-    """
+    forwards replay as CUDA graphs on a GPU. Hybrid proposals: `suffix`, e.g.
+    `SuffixSettings(tree=True, cache_path="suffix-cache.json")` to keep what earlier processes
+    generated; `hybrid`, e.g. `HybridSettings(pace=False)`: by scores alone, untimed."""
     folder, entry = _drafter_folder(name_or_path, zoos, target)
     record = read_drafter_record(folder)
     serving = (entry or {}).get("serving", {})
@@ -324,13 +338,10 @@ def load(
         cache,
         record,
         suffix,
+        hybrid,
     )
     generator = SpeculativeGenerator(
-        target,
-        tokenizer,
-        runtime.make_proposer(),
-        runtime.num_speculative_tokens,
-        cache,
+        target, tokenizer, runtime.make_proposer(), runtime.num_speculative_tokens, cache
     )
     generator.drafter = runtime
     return generator
@@ -368,6 +379,7 @@ def build_generator(
     tree: TreeSettings | None = None,
     device: str | None = None,
     cache: CacheSettings = GROWING,
+    hybrid: HybridSettings | None = None,
 ) -> SpeculativeGenerator:
     """The generator `draftzoo generate` runs: a draftzoo `drafter` (folder or zoo name; its
     own target by default), a plain `draft_model` (any causal LM on the target's tokenizer),
@@ -391,6 +403,7 @@ def build_generator(
             device=device,
             cache=cache,
             suffix=suffix,
+            hybrid=hybrid,
         )
     if proposal != "chain":
         raise ProposerError("trees need a drafter that drafts them (--drafter)")

@@ -287,3 +287,27 @@ def test_an_eval_of_a_hybrid_reports_its_rounds_by_the_rules_choice(
         assert set(rounds) <= {"suffix", "both", "drafter", "none"} and sum(rounds.values()) > 0
         # every round the rule chose was one verification forward (warm-up prompt included)
         assert sum(rounds.values()) >= row["per_prompt"][0]["forwards"]
+
+
+def test_the_rule_by_scores_alone_is_asked_for_by_name_and_fixes_a_seeded_sample(
+    tiny_drafters, target_and_tokenizer, capsys
+):
+    import draftzoo
+    from draftzoo.cli import main
+
+    model, tokenizer = target_and_tokenizer
+    folder = tiny_drafters["eagle3"]
+    by_scores = draftzoo.HybridSettings(pace=False)
+    params = SamplingParams(temperature=1.0, seed=0, max_new_tokens=24)
+    outputs = []
+    for _ in range(2):  # two generators, as two processes would build them
+        generator = draftzoo.load(folder, model, tokenizer, proposal="hybrid", hybrid=by_scores)
+        assert generator.proposer.settings.pace is False
+        outputs.append(generator.generate(PROMPTS[0], params).token_ids)
+    assert outputs[0] == outputs[1]
+    with pytest.raises(ProposerError, match="hybrid settings are a hybrid proposal's"):
+        load_drafter(folder, model, tokenizer, "chain", 3, hybrid=by_scores)
+    assert main(["generate", "--drafter", str(folder), "--hybrid-by-scores", "--prompt", "x"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "draftzoo: error: --hybrid-by-scores sets the rule of --hybrid: use it with --hybrid"
+    )
