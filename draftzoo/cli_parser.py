@@ -250,8 +250,9 @@ def build_parser(handlers: Mapping[str, Callable]) -> argparse.ArgumentParser:
     gen.add_argument(
         "--hybrid-by-scores",
         action="store_true",
-        help="--hybrid: choose each round by scores alone, without timing rounds (a --seed "
-        "then fixes a sampled output)",
+        help="--hybrid: choose each round by scores alone, without timing rounds (with a "
+        "fixed --num-speculative-tokens, whose default also times rounds, a --seed then fixes "
+        "a sampled output)",
     )
     _add_tree_options(gen)
     gen.add_argument("--min-ngram", type=int, default=1, help="prompt lookup: shortest n-gram")

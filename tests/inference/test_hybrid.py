@@ -300,7 +300,7 @@ def test_the_rule_by_scores_alone_is_asked_for_by_name_and_fixes_a_seeded_sample
     by_scores = draftzoo.HybridSettings(pace=False)
     params = SamplingParams(temperature=1.0, seed=0, max_new_tokens=24)
     outputs = []
-    for _ in range(2):  # two generators, as two processes would build them
+    for _ in range(2):  # two generators, as two processes would build them (fixed length)
         generator = draftzoo.load(folder, model, tokenizer, proposal="hybrid", hybrid=by_scores)
         assert generator.proposer.settings.pace is False
         outputs.append(generator.generate(PROMPTS[0], params).token_ids)
