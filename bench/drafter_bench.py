@@ -4,7 +4,16 @@
         --eagle1 recipes/zoo/eagle1-testbed-small --eagle3 recipes/zoo/eagle3-testbed-small \
         --prompt-set humaneval --prompts 20 --temperatures 0 1
 
-`--eagle1` / `--eagle3` / `--mtp` / `--medusa` may be given several times (rows then carry the
+    python bench/drafter_bench.py --target smollm2-135m-instruct \
+        --eagle3 runs/eagle3-smollm2-135m-instruct --hybrid runs/eagle3-smollm2-135m-instruct \
+        --lookup --suffix --prompt-set humaneval --prompt-set runs/smollm2-data/eval-turns.jsonl \
+        --heldout-from runs/smollm2-data/train.jsonl --prompts 8 --threads 2
+
+`--lookup` and `--suffix` add prompt lookup and suffix decoding (chains of --gamma); `--hybrid`
+serves a drafter's chain with suffix decoding's branches under the hybrid rule its loader
+gives (weighing paces). Several `--prompt-set`s are taken in turn, `--prompts` of each (the
+first set's first prompt is the warm-up), past prompts overlapping `--heldout-from`.
+`--eagle1` / `--eagle3` / `--mtp` / `--medusa` / `--hybrid` may be given several times (rows then carry the
 folder's name), so drafters trained differently are compared in one process against one
 target-only baseline. A Medusa drafter gives a chain and its calibrated tree; a Medusa-2 drafter
 serves a copy of the target with its LoRA merged, whose own target-only row is its greedy
@@ -38,10 +47,11 @@ import torch
 from bench_target import load_target
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from draftzoo.data.prompts import load_prompt_set
+from draftzoo.eval.runner import EvalConfig, load_prompts
 from draftzoo.inference.cache_settings import CacheSettings
 from draftzoo.inference.eagle import EagleProposer, TreeSettings
 from draftzoo.inference.generate import SpeculativeGenerator
+from draftzoo.inference.load import load_drafter, prompt_lookup_runtime, suffix_runtime
 from draftzoo.inference.mtp import MtpProposer
 from draftzoo.inference.proposers import DraftModelProposer
 from draftzoo.inference.sampling import SamplingParams
@@ -76,6 +86,22 @@ def build_methods(args, target, tokenizer) -> dict[str, SpeculativeGenerator]:
                 methods[f"{label} tree"] = SpeculativeGenerator(
                     target, tokenizer, trees, args.tree_depth, **static
                 )
+    for folder in args.hybrid:
+        label = "hybrid" if len(args.hybrid) == 1 else f"hybrid {Path(folder).name}"
+        runtime = load_drafter(Path(folder), target, tokenizer, "hybrid", args.gamma)
+        methods[label] = SpeculativeGenerator(
+            target, tokenizer, runtime.make_proposer(), args.gamma, **static
+        )
+    if args.lookup:
+        proposer = prompt_lookup_runtime(args.gamma).make_proposer()
+        methods["prompt lookup"] = SpeculativeGenerator(
+            target, tokenizer, proposer, args.gamma, **static
+        )
+    if args.suffix:
+        proposer = suffix_runtime(args.gamma).make_proposer()
+        methods["suffix chain"] = SpeculativeGenerator(
+            target, tokenizer, proposer, args.gamma, **static
+        )
     for folder in args.medusa:
         methods.update(_medusa_methods(args, folder, target, tokenizer, len(args.medusa) > 1))
     for folder in args.mtp:
@@ -94,7 +120,6 @@ def _medusa_methods(args, folder, target, tokenizer, named: bool) -> dict:
     import copy
 
     from draftzoo.architectures.drafter_io import read_drafter_record
-    from draftzoo.inference.load import load_drafter
     from draftzoo.inference.medusa import MedusaProposer, MedusaTree, calibrated_tree
 
     record = read_drafter_record(Path(folder))
@@ -145,8 +170,27 @@ def _parse_args() -> argparse.Namespace:
         "--medusa", action="append", default=[], help="a Medusa-1/2 drafter folder (repeatable)"
     )
     parser.add_argument("--eagle1-tree", action="store_true", help="add EAGLE-1 with trees")
-    parser.add_argument("--prompt-set", default="humaneval", help="humaneval or stdlib-heldout")
-    parser.add_argument("--prompts", type=int, default=20)
+    parser.add_argument(
+        "--hybrid",
+        action="append",
+        default=[],
+        help="a drafter folder served as a hybrid: its chain with suffix decoding's branches",
+    )
+    parser.add_argument("--lookup", action="store_true", help="add prompt lookup (chain)")
+    parser.add_argument("--suffix", action="store_true", help="add suffix decoding (chain)")
+    parser.add_argument(
+        "--prompt-set",
+        action="append",
+        help="a prompt set or question file (.jsonl); several are taken in turn "
+        "(default: humaneval)",
+    )
+    parser.add_argument(
+        "--heldout-from",
+        action="append",
+        default=[],
+        help="training data whose overlapping prompts are dropped first",
+    )
+    parser.add_argument("--prompts", type=int, default=20, help="per prompt set")
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--temperatures", type=float, nargs="+", default=[0.0, 1.0])
     parser.add_argument("--gamma", type=int, default=4, help="chain length")
@@ -166,14 +210,16 @@ def main() -> None:
     args = _parse_args()
     tokenizer, target = load_target(args.target, args.device, args.threads)
     methods = build_methods(args, target, tokenizer)
-    prompts = [p.render(tokenizer, chat=True) for p in load_prompt_set(args.prompt_set)]
-    prompts = prompts[: args.prompts + 1]
+    sets = tuple(args.prompt_set or ["humaneval"])
+    config = EvalConfig(sets, max_prompts=args.prompts, heldout_from=tuple(args.heldout_from))
+    prompts = [p.render(tokenizer, chat=True) for p in load_prompts(config)]
     tree = (
         f"top_k {args.tree_top_k}, depth {args.tree_depth}, {args.tree_tokens} tokens, "
         f"{args.tree_sampled_children} sampled children at T > 0"
     )
     print(
-        f"{args.prompts} {args.prompt_set} prompts, {args.max_new_tokens} new tokens, batch 1, "
+        f"{len(prompts) - 1} prompts of {' + '.join(sets)}, {args.max_new_tokens} new tokens, "
+        "batch 1, "
         f"chain gamma {args.gamma}, trees {tree}, {torch.get_num_threads()} threads, "
         f"{args.device}{', static caches' if args.static else ''}"
     )
