@@ -12,11 +12,14 @@ such rounds measurably delivered, then picks what is verified:
   same token follows that child, the others are appended after the drafter's own children;
 - **the drafter alone** otherwise (its proposal untouched, on the device where it drafted);
 - **nothing** (a plain decoding step, one target forward for one token), or the suffix
-  branches alone when their calibrated score is at least `min_score`, while the drafter does
-  not pay: when the rounds it drafts commit fewer tokens per second of wall-clock than plain
-  decoding steps (`pace`). Each kind is timed from one round's start to the next's; a plain
-  step is probed while the drafter pays and the drafter while it does not, every
-  `probe_every` rounds.
+  branches alone, while the drafter does not pay: when the rounds it drafts commit fewer
+  tokens per second of wall-clock than plain decoding steps (`pace`). Each kind is timed from
+  one round's start to the next's; a plain step is probed while the drafter pays and the
+  drafter while it does not, every `probe_every` rounds. The suffix branches go alone when
+  their round, expected to commit 1 + the calibrated score tokens in the seconds that
+  suffix-alone rounds of as many nodes measurably took, beats a plain step's pace (verifying
+  a few tokens can cost more than verifying more on a CPU); a width not timed yet, or retried
+  halfway between probes, goes alone from a calibrated score of `min_score`.
 
 Every measurement is read from the next round's context (which nodes the committed tokens
 followed) and kept per sampling temperature (counts overstate what a sampled target accepts):
@@ -132,7 +135,18 @@ class Calibration:
     both: Delivery = field(default_factory=Delivery)  # the suffix nodes of "both" rounds
     drafting: Pace = field(default_factory=Pace)  # rounds the drafter drafted ("drafter", "both")
     plain: Pace = field(default_factory=Pace)  # plain decoding steps ("none")
+    #: suffix-alone rounds by their number of nodes (what verifying that width costs)
+    alone_paces: dict[int, Pace] = field(default_factory=dict)
     rounds: int = 0  # rounds proposed at this temperature (for the probes)
+
+    def suffix_pays(self, expected: float, width: int, min_score: float, retry: bool) -> bool:
+        """Whether suffix branches of `width` nodes, expected to have `expected` tokens
+        accepted, go alone rather than a plain step: by the measured paces, or from
+        `min_score` on while that width is untimed (and on `retry` rounds)."""
+        timed, plain = self.alone_paces.get(width), self.plain.rate()
+        if retry or timed is None or timed.seconds is None or plain is None:
+            return expected >= min_score
+        return (1 + expected) / max(timed.seconds, 1e-9) >= plain
 
     def by_pace(self, probe: bool) -> str:
         """What the measured paces ask of this round: "drafter" (it pays, or is probed), "none"
@@ -250,6 +264,8 @@ class HybridProposer(Proposer):
             calibration.plain.add(now - last.started, len(committed) + 1, decay)
         if last.choice == "suffix":
             calibration.alone.add(len(committed), last.score, decay)
+            pace = calibration.alone_paces.setdefault(len(last.proposal), Pace())
+            pace.add(now - last.started, len(committed) + 1, decay)
         if last.choice in ("suffix", "none"):
             return
         if last.from_drafter is None:  # every node the drafter's: no walk (nor host read)
@@ -270,9 +286,15 @@ class HybridProposer(Proposer):
         if expected is not None and calibrated >= settings.alone_margin * expected:
             return "suffix"
         if settings.pace:
-            pace = calibration.by_pace(calibration.rounds % settings.probe_every == 0)
+            step = calibration.rounds % settings.probe_every
+            pace = calibration.by_pace(step == 0)
             if pace == "without":
-                return "suffix" if calibrated >= settings.min_score else "none"
+                if found is None:
+                    return "none"
+                retry = step == settings.probe_every // 2
+                width = len(found.tokens)
+                alone = calibration.suffix_pays(calibrated, width, settings.min_score, retry)
+                return "suffix" if alone else "none"
             if pace == "none":
                 return "none"
         if found is None or calibration.both.calibrate(found.score) < settings.min_score:

@@ -114,6 +114,11 @@ def test_the_rule_calibrates_suffix_scores_by_what_they_delivered_per_temperatur
     assert proposer.choices == {"both": 1} and set(proposer.calibrations) == {0.0, 1.0}
 
 
+def paces_slow() -> dict[str, Pace]:
+    """The drafter's rounds at 1.5 tokens/s, plain steps at 2."""
+    return dict(drafting=Pace(1.0, 1.5), plain=Pace(0.5, 1.0))
+
+
 def test_the_rule_drafts_nothing_or_suffix_alone_while_the_drafter_does_not_pay():
     greedy = SamplingParams(temperature=0.0)
 
@@ -153,6 +158,16 @@ def test_the_rule_drafts_nothing_or_suffix_alone_while_the_drafter_does_not_pay(
     proposer = _calibrated(slow(**paces, rounds=31))
     assert proposer.propose([9, 1, 2], 4, greedy, None).tokens == []
     assert proposer.choices == {"none": 1}
+    # a suffix-alone round of 3 nodes timed: alone only where its pace beats plain steps'
+    proposer = _calibrated(slow(**paces_slow(), alone_paces={3: Pace(2.0, 2.0)}))
+    assert proposer.propose([9, 1, 2], 4, greedy, None).tokens == []  # (1 + 1) / 2 s < 2/s
+    proposer = _calibrated(slow(alone=0.3, **paces_slow(), alone_paces={3: Pace(0.5, 1.0)}))
+    assert proposer.propose([9, 1, 2], 4, greedy, None).tokens == [3, 4, 5]  # 1.3 / 0.5 s
+    proposer.propose([9, 1, 2, 3, 4, 5, 6], 4, greedy, None)  # all 3 accepted: timed again
+    timed = proposer.calibrations[0.0].alone_paces[3]
+    assert timed.tokens == 4 and 0 < timed.seconds < 0.5
+    retried = slow(**paces_slow(), alone_paces={3: Pace(2.0, 2.0)}, rounds=15)  # round 16
+    assert _calibrated(retried).propose([9, 1, 2], 4, greedy, None).tokens == [3, 4, 5]
     # pace=False: by scores alone
     proposer = _calibrated(slow(drafting=Pace(1.0, 1.5), plain=Pace(0.5, 1.0)))
     proposer.settings = HybridSettings(proposer.settings.suffix, decay=0.0, pace=False)
