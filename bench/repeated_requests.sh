@@ -21,16 +21,7 @@ prompts=bench/results/cpu-2026-12-03-repeated-requests/prompts.jsonl
 read -r -a temperatures <<< "${TEMPERATURES:-0}"
 common=(--prompt-set "$prompts" --prompts 12 --max-new-tokens "${TOKENS:-96}"
     --temperatures "${temperatures[@]}" --certificate-samples 0 --threads "${THREADS:-2}")
-measure() {  # NAME ARGS...: one method in its own process
-    local name=$1
-    shift
-    if [ -f "$out/$name/report.json" ]; then
-        echo "$name: $out/$name exists"
-        return
-    fi
-    echo "== draftzoo eval $* ${common[*]}"
-    draftzoo eval "$@" "${common[@]}" --output-dir "$out/$name"
-}
+source "$(dirname "$0")/measure_row.sh"
 measure prompt-lookup --prompt-lookup --target "$target"
 measure suffix --suffix --target "$target"
 measure eagle3 "$eagle3"

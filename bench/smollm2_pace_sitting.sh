@@ -29,16 +29,7 @@ python bench/families.py --target smollm2-135m-instruct --work "$runs" --phase e
 common=(--prompt-set humaneval --prompt-set "$data/eval-turns.jsonl"
     --heldout-from "$data/train.jsonl" --prompts 8 --max-new-tokens 128 --temperatures 0 1
     --certificate-samples 0 --threads 2)
-measure() {  # NAME ARGS...: one row in its own process
-    local name=$1
-    shift
-    if [ -f "$out/$name/report.json" ]; then
-        echo "$name: $out/$name exists"
-        return
-    fi
-    echo "== draftzoo eval $* ${common[*]}"
-    draftzoo eval "$@" "${common[@]}" --output-dir "$out/$name"
-}
+source "$(dirname "$0")/measure_row.sh"
 declare -A reference=(
     [prompt-lookup]="--prompt-lookup --target smollm2-135m-instruct"
     [suffix-chain]="--suffix --target smollm2-135m-instruct"
