@@ -9,11 +9,12 @@
         --lookup --suffix --prompt-set humaneval --prompt-set runs/smollm2-data/eval-turns.jsonl \
         --heldout-from runs/smollm2-data/train.jsonl --prompts 8 --threads 2
 
-`--lookup` and `--suffix` add prompt lookup and suffix decoding (chains of --gamma); `--hybrid`
-serves a drafter's chain with suffix decoding's branches under the hybrid rule its loader
-gives (weighing paces). Several `--prompt-set`s are taken in turn, `--prompts` of each (the
-first set's first prompt is the warm-up), past prompts overlapping `--heldout-from`.
-`--eagle1` / `--eagle3` / `--mtp` / `--medusa` / `--hybrid` may be given several times (rows then carry the
+`--lookup` and `--suffix` add prompt lookup and suffix decoding (chains of --gamma);
+`--hybrid` serves a drafter's chain with suffix decoding's branches under the default hybrid
+rule (weighing paces; `--hybrid-time-widths` adds a row with `HybridSettings(time_widths=
+True)`). Several `--prompt-set`s are taken in turn, `--prompts` of each (the first set's first
+prompt is the warm-up), past prompts overlapping `--heldout-from`. `--eagle1` / `--eagle3` /
+`--mtp` / `--medusa` / `--hybrid` may be given several times (rows then carry the
 folder's name), so drafters trained differently are compared in one process against one
 target-only baseline. A Medusa drafter gives a chain and its calibrated tree; a Medusa-2 drafter
 serves a copy of the target with its LoRA merged, whose own target-only row is its greedy
@@ -51,6 +52,7 @@ from draftzoo.eval.runner import EvalConfig, load_prompts
 from draftzoo.inference.cache_settings import CacheSettings
 from draftzoo.inference.eagle import EagleProposer, TreeSettings
 from draftzoo.inference.generate import SpeculativeGenerator
+from draftzoo.inference.hybrid import HybridSettings
 from draftzoo.inference.load import load_drafter, prompt_lookup_runtime, suffix_runtime
 from draftzoo.inference.mtp import MtpProposer
 from draftzoo.inference.proposers import DraftModelProposer
@@ -86,12 +88,18 @@ def build_methods(args, target, tokenizer) -> dict[str, SpeculativeGenerator]:
                 methods[f"{label} tree"] = SpeculativeGenerator(
                     target, tokenizer, trees, args.tree_depth, **static
                 )
+    rules = {"hybrid": HybridSettings()}
+    if args.hybrid_time_widths:
+        rules["hybrid, widths timed"] = HybridSettings(time_widths=True)
     for folder in args.hybrid:
-        label = "hybrid" if len(args.hybrid) == 1 else f"hybrid {Path(folder).name}"
-        runtime = load_drafter(Path(folder), target, tokenizer, "hybrid", args.gamma)
-        methods[label] = SpeculativeGenerator(
-            target, tokenizer, runtime.make_proposer(), args.gamma, **static
-        )
+        for rule, settings in rules.items():
+            label = rule if len(args.hybrid) == 1 else f"{rule} {Path(folder).name}"
+            runtime = load_drafter(
+                Path(folder), target, tokenizer, "hybrid", args.gamma, hybrid=settings
+            )
+            methods[label] = SpeculativeGenerator(
+                target, tokenizer, runtime.make_proposer(), args.gamma, **static
+            )
     if args.lookup:
         proposer = prompt_lookup_runtime(args.gamma).make_proposer()
         methods["prompt lookup"] = SpeculativeGenerator(
@@ -175,6 +183,11 @@ def _parse_args() -> argparse.Namespace:
         action="append",
         default=[],
         help="a drafter folder served as a hybrid: its chain with suffix decoding's branches",
+    )
+    parser.add_argument(
+        "--hybrid-time-widths",
+        action="store_true",
+        help="with --hybrid: also the rule timing suffix rounds per width (time_widths)",
     )
     parser.add_argument("--lookup", action="store_true", help="add prompt lookup (chain)")
     parser.add_argument("--suffix", action="store_true", help="add suffix decoding (chain)")

@@ -15,11 +15,12 @@ such rounds measurably delivered, then picks what is verified:
   branches alone, while the drafter does not pay: when the rounds it drafts commit fewer
   tokens per second of wall-clock than plain decoding steps (`pace`). Each kind is timed from
   one round's start to the next's; a plain step is probed while the drafter pays and the
-  drafter while it does not, every `probe_every` rounds. The suffix branches go alone when
-  their round, expected to commit 1 + the calibrated score tokens in the seconds that
-  suffix-alone rounds of as many nodes measurably took, beats a plain step's pace (verifying
-  a few tokens can cost more than verifying more on a CPU); a width not timed yet, or retried
-  halfway between probes, goes alone from a calibrated score of `min_score`.
+  drafter while it does not, every `probe_every` rounds. The suffix branches go alone from a
+  calibrated score of `min_score`; with `time_widths`, when their round, expected to commit
+  1 + the calibrated score tokens in the seconds that suffix-alone rounds of as many nodes
+  measurably took, beats a plain step's pace (verifying a few tokens can cost more than
+  verifying more on a CPU), and by `min_score` while that width is untimed and once halfway
+  between two probes.
 
 Every measurement is read from the next round's context (which nodes the committed tokens
 followed) and kept per sampling temperature (counts overstate what a sampled target accepts):
@@ -67,6 +68,9 @@ class HybridSettings:
     #: choices by scores alone, whatever a round costs)
     pace: bool = True
     probe_every: int = 32  # rounds between probes of the kind the rule is not choosing
+    #: while the drafter does not pay, suffix branches alone by the measured cost of verifying
+    #: their width (False: from a calibrated score of min_score)
+    time_widths: bool = False
 
     def __post_init__(self) -> None:
         if self.alone_margin <= 0:
@@ -80,7 +84,7 @@ class HybridSettings:
 
     def rule(self) -> dict[str, float | bool]:
         """The rule's settings, as reports record them (the suffix settings apart)."""
-        names = ("alone_margin", "min_score", "decay", "pace", "probe_every")
+        names = ("alone_margin", "min_score", "decay", "pace", "probe_every", "time_widths")
         return {name: getattr(self, name) for name in names}
 
 
@@ -139,12 +143,12 @@ class Calibration:
     alone_paces: dict[int, Pace] = field(default_factory=dict)
     rounds: int = 0  # rounds proposed at this temperature (for the probes)
 
-    def suffix_pays(self, expected: float, width: int, min_score: float, retry: bool) -> bool:
+    def suffix_pays(self, expected: float, width: int, min_score: float, by_score: bool) -> bool:
         """Whether suffix branches of `width` nodes, expected to have `expected` tokens
         accepted, go alone rather than a plain step: by the measured paces, or from
-        `min_score` on while that width is untimed (and on `retry` rounds)."""
+        `min_score` on while that width is untimed (and where `by_score`)."""
         timed, plain = self.alone_paces.get(width), self.plain.rate()
-        if retry or timed is None or timed.seconds is None or plain is None:
+        if by_score or timed is None or timed.seconds is None or plain is None:
             return expected >= min_score
         return (1 + expected) / max(timed.seconds, 1e-9) >= plain
 
@@ -291,9 +295,9 @@ class HybridProposer(Proposer):
             if pace == "without":
                 if found is None:
                     return "none"
-                retry = step == settings.probe_every // 2
+                by_score = not settings.time_widths or step == settings.probe_every // 2
                 width = len(found.tokens)
-                alone = calibration.suffix_pays(calibrated, width, settings.min_score, retry)
+                alone = calibration.suffix_pays(calibrated, width, settings.min_score, by_score)
                 return "suffix" if alone else "none"
             if pace == "none":
                 return "none"

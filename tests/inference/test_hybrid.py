@@ -4,6 +4,8 @@ exact sampling with both branch kinds in one tree, loading and its refusals."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -158,16 +160,26 @@ def test_the_rule_drafts_nothing_or_suffix_alone_while_the_drafter_does_not_pay(
     proposer = _calibrated(slow(**paces, rounds=31))
     assert proposer.propose([9, 1, 2], 4, greedy, None).tokens == []
     assert proposer.choices == {"none": 1}
-    # a suffix-alone round of 3 nodes timed: alone only where its pace beats plain steps'
-    proposer = _calibrated(slow(**paces_slow(), alone_paces={3: Pace(2.0, 2.0)}))
+
+    # time_widths: a suffix-alone round of 3 nodes timed goes alone only where its pace
+    # beats plain steps'
+    def timed(calibration: Calibration) -> HybridProposer:
+        proposer = _calibrated(calibration)
+        proposer.settings = replace(proposer.settings, time_widths=True)
+        return proposer
+
+    three_slow = {3: Pace(2.0, 2.0)}
+    proposer = timed(slow(**paces_slow(), alone_paces=three_slow))
     assert proposer.propose([9, 1, 2], 4, greedy, None).tokens == []  # (1 + 1) / 2 s < 2/s
-    proposer = _calibrated(slow(alone=0.3, **paces_slow(), alone_paces={3: Pace(0.5, 1.0)}))
+    proposer = _calibrated(slow(**paces_slow(), alone_paces=three_slow))  # by min_score
+    assert proposer.propose([9, 1, 2], 4, greedy, None).tokens == [3, 4, 5]
+    proposer = timed(slow(alone=0.3, **paces_slow(), alone_paces={3: Pace(0.5, 1.0)}))
     assert proposer.propose([9, 1, 2], 4, greedy, None).tokens == [3, 4, 5]  # 1.3 / 0.5 s
     proposer.propose([9, 1, 2, 3, 4, 5, 6], 4, greedy, None)  # all 3 accepted: timed again
-    timed = proposer.calibrations[0.0].alone_paces[3]
-    assert timed.tokens == 4 and 0 < timed.seconds < 0.5
-    retried = slow(**paces_slow(), alone_paces={3: Pace(2.0, 2.0)}, rounds=15)  # round 16
-    assert _calibrated(retried).propose([9, 1, 2], 4, greedy, None).tokens == [3, 4, 5]
+    measured = proposer.calibrations[0.0].alone_paces[3]
+    assert measured.tokens == 4 and 0 < measured.seconds < 0.5
+    retried = timed(slow(**paces_slow(), alone_paces=three_slow, rounds=15))  # round 16
+    assert retried.propose([9, 1, 2], 4, greedy, None).tokens == [3, 4, 5]
     # pace=False: by scores alone
     proposer = _calibrated(slow(drafting=Pace(1.0, 1.5), plain=Pace(0.5, 1.0)))
     proposer.settings = HybridSettings(proposer.settings.suffix, decay=0.0, pace=False)
