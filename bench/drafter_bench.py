@@ -83,7 +83,7 @@ def build_methods(args, target, tokenizer) -> dict[str, SpeculativeGenerator]:
             methods[f"{label} chain"] = SpeculativeGenerator(
                 target, tokenizer, chain, args.gamma, **static
             )
-            if kind == "EAGLE-3" or args.eagle1_tree:
+            if (kind == "EAGLE-3" and not args.chains_only) or args.eagle1_tree:
                 trees = EagleProposer(chain.drafter, tree, **static)
                 methods[f"{label} tree"] = SpeculativeGenerator(
                     target, tokenizer, trees, args.tree_depth, **static
@@ -178,6 +178,7 @@ def _parse_args() -> argparse.Namespace:
         "--medusa", action="append", default=[], help="a Medusa-1/2 drafter folder (repeatable)"
     )
     parser.add_argument("--eagle1-tree", action="store_true", help="add EAGLE-1 with trees")
+    parser.add_argument("--chains-only", action="store_true", help="no EAGLE-3 tree row")
     parser.add_argument(
         "--hybrid",
         action="append",
