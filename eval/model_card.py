@@ -39,10 +39,13 @@ def eval_command(report: dict[str, Any], drafter: str) -> str:
     parts += ["--temperatures", *[f"{t:g}" for t in cfg["temperatures"]]]
     parts += ["--batch-sizes", *[str(b) for b in cfg["batch_sizes"]]]
     parts += ["--repeats", str(cfg["repeats"])]
-    if cfg["proposal"] == "tree" and cfg.get("tree_choices"):
+    if cfg["proposal"] in ("hybrid", "hybrid-tree"):
+        parts.append("--hybrid")
+    tree = cfg["proposal"] in ("tree", "hybrid-tree")
+    if tree and cfg.get("tree_choices"):
         paths = json.dumps([list(path) for path in cfg["tree_choices"]], separators=(",", ":"))
         parts += ["--tree", "--tree-choices", paths]
-    elif cfg["proposal"] == "tree":
+    elif tree:
         parts += ["--tree", "--tree-top-k", str(cfg["tree_top_k"])]
         parts += ["--tree-depth", str(cfg["tree_depth"]), "--tree-tokens", str(cfg["tree_tokens"])]
         parts += ["--tree-sampled-children", str(cfg["tree_sampled_children"])]
@@ -290,10 +293,29 @@ def _use_section(name: str, report: dict[str, Any], notes) -> list[str]:
         "```",
         "",
         f"Served as measured: {serving['proposal']}, {serving['num_speculative_tokens']} "
-        "tokens deep" + (f" (tree {serving['tree']})" if serving.get("tree") else "") + ".",
+        "tokens deep"
+        + (f" (tree {serving['tree']})" if serving.get("tree") else "")
+        + "."
+        + _hybrid_sentence(serving.get("hybrid_rule")),
         "",
         *(line for note in notes for line in (note, "")),
     ]
+
+
+def _hybrid_sentence(rule: dict[str, Any] | None) -> str:
+    """What a hybrid's rule weighs (nothing for other proposals)."""
+    if rule is None:
+        return ""
+    weighs = (
+        "its suffix branches' scores and the measured pace of its rounds against plain steps"
+        if rule.get("pace")
+        else "its suffix branches' scores alone"
+    )
+    return (
+        " Each round verifies suffix decoding's branches alone, the drafter's proposal with "
+        f"them merged in, the drafter's alone or nothing (a plain step), by {weighs} "
+        f"(`serving.hybrid_rule` in report.json; docs/runtime.md)."
+    )
 
 
 def timing_lines(report: dict[str, Any]) -> list[str]:

@@ -315,7 +315,8 @@ def load(
     `CacheSettings(static=True, max_length=4096)`: buffers allocated once, whose decode
     forwards replay as CUDA graphs on a GPU. Hybrid proposals: `suffix`, e.g.
     `SuffixSettings(tree=True, cache_path="suffix-cache.json")` to keep what earlier processes
-    generated; `hybrid`, e.g. `HybridSettings(pace=False)`: by scores alone, untimed."""
+    generated; `hybrid`, e.g. `HybridSettings(pace=False)`: by scores alone, untimed (default:
+    the rule the published evaluation recorded)."""
     folder, entry = _drafter_folder(name_or_path, zoos, target)
     record = read_drafter_record(folder)
     serving = (entry or {}).get("serving", {})
@@ -338,13 +339,22 @@ def load(
         cache,
         record,
         suffix,
-        hybrid,
+        hybrid if hybrid is not None else _published_rule(serving, proposal),
     )
     generator = SpeculativeGenerator(
         target, tokenizer, runtime.make_proposer(), runtime.num_speculative_tokens, cache
     )
     generator.drafter = runtime
     return generator
+
+
+def _published_rule(serving: dict[str, Any], proposal: str | None) -> HybridSettings | None:
+    """The hybrid rule a zoo entry was measured with, when it is served as measured (None:
+    today's default rule)."""
+    rule = serving.get("hybrid_rule")
+    if rule is None or (proposal or serving.get("proposal")) not in HYBRIDS:
+        return None
+    return HybridSettings(**rule)
 
 
 def _drafter_folder(name_or_path, zoos, target) -> tuple[Path, dict[str, Any] | None]:

@@ -296,6 +296,7 @@ def test_bad_hybrid_settings_are_refused():
 def test_an_eval_of_a_hybrid_reports_its_rounds_by_the_rules_choice(
     tiny_drafters, tiny_target_model, tmp_path
 ):
+    from draftzoo.eval.model_card import eval_command, render_card
     from draftzoo.eval.runner import EvalConfig, evaluate
 
     model, tokenizer, path = tiny_target_model
@@ -314,6 +315,12 @@ def test_an_eval_of_a_hybrid_reports_its_rounds_by_the_rules_choice(
         assert set(rounds) <= {"suffix", "both", "drafter", "none"} and sum(rounds.values()) > 0
         # every round the rule chose was one verification forward (warm-up prompt included)
         assert sum(rounds.values()) >= row["per_prompt"][0]["forwards"]
+    # a card reproduces it as a hybrid tree and says what its rule weighs
+    command = eval_command(report, "D")
+    assert "--hybrid" in command and "--tree" in command
+    record = {"family": "eagle3", "hidden_state_layers": [1, 1, 1]}
+    card = render_card("d", record, report, [], "draftzoo train R")
+    assert "measured pace of its rounds against plain steps" in card
 
 
 def test_the_rule_by_scores_alone_is_asked_for_by_name_and_fixes_a_seeded_sample(
@@ -338,3 +345,24 @@ def test_the_rule_by_scores_alone_is_asked_for_by_name_and_fixes_a_seeded_sample
     assert capsys.readouterr().err.strip() == (
         "draftzoo: error: --hybrid-by-scores sets the rule of --hybrid: use it with --hybrid"
     )
+
+
+def test_a_zoo_entry_served_as_a_hybrid_loads_with_the_rule_it_was_measured_with(tmp_path):
+    """`draftzoo.load(name)` serves the hybrid rule the entry's evaluation recorded, not
+    whatever the default rule is now; another proposal takes no rule."""
+    import json
+    import shutil
+
+    import draftzoo
+    from draftzoo.architectures.zoo_index import ZooIndex, builtin_zoo_dir
+
+    name = "eagle3-testbed-small"
+    entry = ZooIndex(builtin_zoo_dir()).entries()[name]
+    shutil.copytree(ZooIndex(builtin_zoo_dir()).folder(name), tmp_path / name)
+    recorded = dict(HybridSettings().rule(), pace=False, probe_every=8)
+    entry["serving"] = dict(entry["serving"], proposal="hybrid", hybrid_rule=recorded)
+    index = {"version": 1, "drafters": {name: entry}}
+    (tmp_path / "index.json").write_text(json.dumps(index))
+    generator = draftzoo.load(name, zoos=[tmp_path])
+    assert generator.proposer.settings.rule() == recorded
+    assert not hasattr(draftzoo.load(name, zoos=[tmp_path], proposal="chain").proposer, "settings")
