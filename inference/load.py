@@ -24,7 +24,7 @@ from ..architectures.drafter_io import DrafterError, checkpoint_hash, read_draft
 from ..architectures.errors import DraftzooError
 from ..architectures.families import UnknownFamilyError, family_spec, family_specs
 from ..architectures.target import FingerprintMismatchError
-from ..architectures.zoo_index import resolve_drafter
+from ..architectures.zoo_index import ZooError, resolve_drafter
 from .cache_settings import GROWING, CacheSettings
 from .drafter_request import DrafterRequest, LoadedDrafter
 from .errors import GenerationError
@@ -354,7 +354,10 @@ def _published_rule(serving: dict[str, Any], proposal: str | None) -> HybridSett
     rule = serving.get("hybrid_rule")
     if rule is None or (proposal or serving.get("proposal")) not in HYBRIDS:
         return None
-    return HybridSettings(**rule)
+    try:
+        return HybridSettings(**rule)
+    except (TypeError, GenerationError) as err:
+        raise ZooError(f"a zoo entry's serving.hybrid_rule {rule!r} is not a rule: {err}") from err
 
 
 def _drafter_folder(name_or_path, zoos, target) -> tuple[Path, dict[str, Any] | None]:

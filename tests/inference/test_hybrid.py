@@ -366,3 +366,7 @@ def test_a_zoo_entry_served_as_a_hybrid_loads_with_the_rule_it_was_measured_with
     generator = draftzoo.load(name, zoos=[tmp_path])
     assert generator.proposer.settings.rule() == recorded
     assert not hasattr(draftzoo.load(name, zoos=[tmp_path], proposal="chain").proposer, "settings")
+    entry["serving"]["hybrid_rule"] = dict(recorded, probe_every=1)  # not a rule: one line
+    (tmp_path / "index.json").write_text(json.dumps(index))
+    with pytest.raises(draftzoo.DraftzooError, match=r"serving\.hybrid_rule .* is not a rule"):
+        draftzoo.load(name, zoos=[tmp_path])
