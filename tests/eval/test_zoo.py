@@ -105,16 +105,15 @@ def test_entry_loads_back_to_its_card(name):
 
 def hybrid_keeps_the_target_output(generator, report) -> None:
     """A hybrid whose rule weighs paces drafts as this machine's timings say, so its tau is
-    not the card's: its greedy output is the target's own, and it still speculates."""
-    from draftzoo.inference.load import load_target
+    not the card's: its greedy output is the target's own, whole, and it still speculates."""
+    from draftzoo.inference.generate import SpeculativeGenerator
 
-    target, tokenizer = load_target(report["target"]["name"])
-    text = load_prompt_set("humaneval")[0].render(tokenizer, chat=report["config"]["chat"])
-    ids = tokenizer(text, return_tensors="pt", add_special_tokens=False).input_ids
-    plain = target.generate(ids, max_new_tokens=48, do_sample=False)[0, ids.shape[1] :]
-    out = generator.generate(text, SamplingParams(max_new_tokens=48))
-    assert out.token_ids == plain.tolist()[: len(out.token_ids)]
-    assert out.metrics.num_target_forwards < len(out.token_ids)
+    text = load_prompt_set("humaneval")[0].render(generator.tokenizer, report["config"]["chat"])
+    params = SamplingParams(max_new_tokens=48)
+    plain = SpeculativeGenerator(generator.target, generator.tokenizer).generate(text, params)
+    out = generator.generate(text, params)
+    assert out.token_ids == plain.token_ids and len(plain.token_ids) > 0
+    assert out.metrics.num_target_forwards < plain.metrics.num_target_forwards
 
 
 def test_published_draft_lm_serves_as_transformers_assistant(tmp_path):
