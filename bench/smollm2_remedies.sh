@@ -6,21 +6,24 @@
 #   bash bench/smollm2_remedies.sh            # after bench/smollm2_train.sh
 # Variants (each a folder under RUNS; a rerun skips a finished one and resumes a stopped one):
 #   eagle3-smollm2-vocab16k   draft vocabulary 16,384 instead of 8,192 (same steps)
+#   eagle3-smollm2-vocab4k    draft vocabulary 4,096: the same question on a smaller set, whose
+#                             answers hold fewer than 16,384 distinct tokens
 #   eagle3-smollm2-3passes    3,300 steps instead of 1,100: three passes over the same rows
 #   dflash-smollm2-combined   the testbed's three remedies together (4 draft layers, taps at
 #                             layers 2, 15, 27, 28, slot weights decaying by 2 instead of 4)
 # Settings (environment): DATA (runs/smollm2-data), RUNS (runs), VARIANTS (which, in order:
 # "vocab16k 3passes combined"), PROMPTS (per prompt set, 8), STEPS (every variant's steps
-# instead: a smoke run).
+# instead, warm-up as bench/smollm2_train.sh's STEPS: a smoke run, or a smaller set's budget).
 set -euo pipefail
 data=${DATA:-runs/smollm2-data}
 runs=${RUNS:-runs}
 variants=${VARIANTS:-vocab16k 3passes combined}
 shards="$runs/smollm2-capture-float8_e4m3-bfloat16"
 offline=(--set "data.source=$data/train.jsonl" --set capture.mode=offline --set "capture.dir=$shards" --set capture.dtype=float8_e4m3)
-declare -A family_of=([vocab16k]=eagle3 [3passes]=eagle3 [combined]=dflash)
+declare -A family_of=([vocab16k]=eagle3 [vocab4k]=eagle3 [3passes]=eagle3 [combined]=dflash)
 declare -A changes=(
     [vocab16k]="eagle.draft_vocab_size=16384"
+    [vocab4k]="eagle.draft_vocab_size=4096"
     [3passes]="train.max_steps=3300"
     [combined]="dflash.num_layers=4 dflash.layers=[2,15,27,28] dflash.loss_decay=2.0"
 )
@@ -41,7 +44,7 @@ for variant in $variants; do
     args=("${offline[@]}" --set "output_dir=$out")
     for pair in ${changes[$variant]}; do args+=(--set "$pair"); done
     if [ -n "${STEPS:-}" ]; then
-        args+=(--set "train.max_steps=$STEPS" --set train.warmup_steps=0)
+        args+=(--set "train.max_steps=$STEPS" --set "train.warmup_steps=$((STEPS > 50 ? 50 : 0))")
     fi
     started=$(date +%s)
     draftzoo train "recipes/$family/smollm2-135m-instruct.yaml" "${args[@]}"
