@@ -7,11 +7,12 @@
 
 The twin keeps every weight and draft token of the drafter; the added tokens (the lowest target
 ids not yet drafted: a BPE tokenizer's earliest merges) get zero rows, so their logits are 0:
-wherever the drafter's best logit is positive the twin drafts the same tokens (at T = 1 nearly
-the same distribution), and drafter_bench's draft milliseconds per round then differ by the
-head's size alone. The added rows are not trained: the twin's tau says nothing about a trained
-drafter with that vocabulary. (Rows copied from the target's head, as training starts one,
-outvote the trained rows and draft almost nothing acceptable: tau 1.01.)
+wherever the drafter's best logit is positive the twin drafts the same tokens at T = 0, and
+drafter_bench's draft milliseconds per round then differ by the head's size alone (at T = 1 the
+added tokens take probability mass: compare only the milliseconds there). The added rows are
+not trained: the twin's tau says nothing about a trained drafter with that vocabulary. (Rows
+copied from the target's head, as training starts one, outvote the trained rows and draft almost
+nothing acceptable: tau 1.01.)
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ def widened(drafter: EagleDrafter, target: TargetAdapter, size: int) -> EagleDra
     vocab = target.lm_head.weight.shape[0]
     if not drafter.draft_vocab_size < size <= vocab:
         raise SystemExit(f"--size must be above {drafter.draft_vocab_size} and at most {vocab}")
-    kept = drafter.t2d.bool().clone()
+    kept = drafter.t2d.bool()
     added = torch.nonzero(~kept, as_tuple=True)[0][: size - drafter.draft_vocab_size]
     ids = torch.nonzero(kept, as_tuple=True)[0]
     union = torch.sort(torch.cat([ids, added])).values
@@ -45,7 +46,10 @@ def widened(drafter: EagleDrafter, target: TargetAdapter, size: int) -> EagleDra
     twin = EagleDrafter({**drafter.fields, "draft_vocab_size": size}, drafter.layers)
     state = {k: v for k, v in drafter.drafter_state_dict().items() if k.split(".")[0] != "lm_head"}
     state = {k: v for k, v in state.items() if k not in ("d2t", "t2d")}
-    twin.load_state_dict({**state, "lm_head.weight": rows[order]}, strict=False)
+    loaded = twin.load_state_dict({**state, "lm_head.weight": rows[order]}, strict=False)
+    left = [k for k in loaded.missing_keys if k.split(".")[0] not in ("rotary", "d2t", "t2d")]
+    if left or loaded.unexpected_keys:
+        raise SystemExit(f"twin weights do not match: {left} {loaded.unexpected_keys}")
     t2d = torch.zeros(vocab, dtype=torch.bool)
     t2d[union] = True
     twin.set_vocab_map(union - torch.arange(size), t2d)
