@@ -18,13 +18,13 @@ nothing acceptable: tau 1.01.)
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 from pathlib import Path
 
 import torch
 from bench_target import load_target
 
+from draftzoo.architectures.drafter_io import read_drafter_record
 from draftzoo.architectures.eagle import EagleDrafter, load_eagle
 from draftzoo.architectures.target import TargetAdapter
 
@@ -38,14 +38,14 @@ def widened(drafter: EagleDrafter, target: TargetAdapter, size: int) -> EagleDra
         raise SystemExit(f"--size must be above {drafter.draft_vocab_size} and at most {vocab}")
     kept = drafter.t2d.bool()
     added = torch.nonzero(~kept, as_tuple=True)[0][: size - drafter.draft_vocab_size]
-    ids = torch.nonzero(kept, as_tuple=True)[0]
-    union = torch.sort(torch.cat([ids, added])).values
+    combined = torch.cat([torch.nonzero(kept, as_tuple=True)[0], added])
+    order = torch.argsort(combined)
+    union = combined[order]
     blank = drafter.lm_head.weight.new_zeros(len(added), drafter.lm_head.weight.shape[1])
     rows = torch.cat([drafter.lm_head.weight, blank])
-    order = torch.argsort(torch.cat([ids, added]))
     twin = EagleDrafter({**drafter.fields, "draft_vocab_size": size}, drafter.layers)
-    state = {k: v for k, v in drafter.drafter_state_dict().items() if k.split(".")[0] != "lm_head"}
-    state = {k: v for k, v in state.items() if k not in ("d2t", "t2d")}
+    replaced = ("lm_head.weight", "d2t", "t2d")
+    state = {k: v for k, v in drafter.drafter_state_dict().items() if k not in replaced}
     loaded = twin.load_state_dict({**state, "lm_head.weight": rows[order]}, strict=False)
     left = [k for k in loaded.missing_keys if k.split(".")[0] not in ("rotary", "d2t", "t2d")]
     if left or loaded.unexpected_keys:
@@ -64,11 +64,10 @@ def main() -> None:
     args = parser.parse_args()
     if args.output.exists():
         raise SystemExit(f"{args.output} exists; name a new folder")
-    record = json.loads((args.drafter / "draftzoo.json").read_text())
-    target_path = record["recipe"]["target"]["path"]
-    _, model = load_target(target_path)
+    record = read_drafter_record(args.drafter)
+    _, model = load_target(record["recipe"]["target"]["path"])
     target = TargetAdapter(model)
-    drafter = load_eagle(args.drafter, target)
+    drafter = load_eagle(args.drafter, target, record=record)
     if drafter.kind != "eagle3":
         raise SystemExit(f"{args.drafter} is not an EAGLE-3 drafter")
     twin = widened(drafter, target, args.size)
