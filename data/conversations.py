@@ -178,7 +178,7 @@ def iter_samples(
 
 def iter_rows(source: str | Path, split: str = "train") -> Iterator[Any]:
     """Raw rows of a local .jsonl/.json/.parquet file, a saved dataset folder, a hub dataset,
-    or `testbed-chat` (the testbed's training-split instruction pairs).
+    or a named source (`named_sources`: `testbed-chat`, `sharegpt`).
 
     .jsonl lines are parsed one by one so that a broken line (not JSON, not UTF-8, nested too
     deeply to parse) becomes one malformed row instead of failing the whole file. Other sources
@@ -187,10 +187,11 @@ def iter_rows(source: str | Path, split: str = "train") -> Iterator[Any]:
     """
     import json
 
-    from .testbed_chat import TESTBED_CHAT, iter_testbed_chat_rows
+    from .named_sources import named_source
 
-    if source == TESTBED_CHAT:
-        yield from iter_testbed_chat_rows()
+    named = named_source(str(source))
+    if named is not None:
+        yield from named.rows()
         return
     path = Path(source)
     if path.is_file() and path.suffix.lower() == ".jsonl":

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..architectures.target_store import sha256_of
+from ..architectures.packaged_files import sha256_of
 from .conversations import RowReport, iter_rows, iter_samples
 
 #: words per window compared

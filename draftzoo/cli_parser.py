@@ -443,8 +443,9 @@ def _add_zoo_commands(commands, handlers: Mapping[str, Callable]) -> None:
     ev.add_argument(
         "--prompt-set",
         action="append",
-        help="humaneval, stdlib-heldout, a question .jsonl (MT-bench / Spec-Bench format), or "
-        "hf:NAME[:SPLIT[:COLUMN]] (repeatable; default humaneval)",
+        help="humaneval, stdlib-heldout, mt-bench, sharegpt-heldout, a question .jsonl "
+        "(MT-bench / Spec-Bench format), or hf:NAME[:SPLIT[:COLUMN]] (repeatable; default "
+        "humaneval)",
     )
     ev.add_argument("--prompts", type=int, default=20, help="prompts per set (after a warm-up)")
     ev.add_argument(

