@@ -28,6 +28,7 @@ from torch import nn
 
 from .families import FamilySpec
 from .target import TargetError
+from .ttt_attention import flash_ttt_attention
 
 KINDS = ("eagle1", "eagle3")
 TOKEN_LOSSES = ("ce", "tvd")
@@ -242,7 +243,16 @@ def ttt_attention(
     mask0: torch.Tensor,  # [b, 1, s, s] bool: which step-0 keys each position sees
 ) -> torch.Tensor:
     """Training-time-test attention: step-0 keys under `mask0`, plus, for steps 1..j, only
-    the key of the query's own position (the diagonal), as drafting step j would see them."""
+    the key of the query's own position (the diagonal), as drafting step j would see them.
+    On the CPU through its flash kernel (`ttt_attention.py`: the same values and gradients
+    without [s, s] scores); elsewhere as written here."""
+    if q.device.type == "cpu":
+        return flash_ttt_attention(q, keys, values, mask0)
+    return eager_ttt_attention(q, keys, values, mask0)
+
+
+def eager_ttt_attention(q, keys, values, mask0) -> torch.Tensor:
+    """`ttt_attention` with its scores and weights held whole ([b, H, s, s + j])."""
     scale = q.shape[-1] ** -0.5
     scores0 = (q @ keys[0].transpose(-1, -2)) * scale
     scores0 = scores0.masked_fill(~mask0, torch.finfo(scores0.dtype).min)

@@ -68,7 +68,17 @@ def eagle_loss_sums(config, drafter, module, target, states, batch, split_repeat
         head_norm=target.final_norm if config.final_feature_weight else None,
         final_feature_weight=config.final_feature_weight,
         chunk=chunk,
+        draft_head=_whole_head(module),
     )
+
+
+def _whole_head(module) -> tuple[torch.nn.Module, torch.Tensor] | None:
+    """The EAGLE-3 head's norm and weight for `head_soft_ce`, where the weight is whole on
+    this rank (not partitioned by ZeRO-3 or FSDP, whose gathers happen in module calls)."""
+    weight = module.lm_head.weight
+    if weight.shape != (module.draft_vocab_size, module.fields["hidden_size"]):
+        return None
+    return module.norm, weight
 
 
 class EagleLoss:

@@ -34,6 +34,7 @@ import torch.nn.functional as F
 from ..architectures.eagle import shift
 from ..data.batching import Batch
 from .chunked_loss import rowwise
+from .fused_head_loss import head_soft_ce
 from .teacher_reads import read_teacher, read_teacher_once
 
 Stats = dict[str, torch.Tensor]  # name -> [sum, count]
@@ -171,20 +172,38 @@ def _final_regression(hidden, wanted_state, head_norm) -> torch.Tensor:
     )
 
 
-def _step_token_rows(head, teacher_head, d2t, t2d, token_loss: str, final, chunk):
-    """`(j, hidden, real) -> (token loss, top-1 hit)` per position of TTT step j, the target
-    read once for every step where that costs no more memory than a chunk (`teacher_reads`)."""
+def _step_token_rows(head, teacher_head, d2t, t2d, token_loss: str, final, chunk, draft_head):
+    """`(j, hidden, real) -> (token loss, top-1 hit)` of TTT step j: per position, or with
+    `draft_head` (its norm and weight) and the soft CE, summed by `head_soft_ce`, a block of
+    rows at a time. The target is read once for every step where that costs no more memory
+    than a chunk (`teacher_reads`), else a chunk's or block's rows at a time."""
     token_rows = partial(_draft_token_rows, head, d2t, t2d, token_loss)
     tvd = token_loss == "tvd"
     once = read_teacher_once(teacher_head, final, t2d, tvd, chunk, t2d.numel())
+    flat_final = final.flatten(0, 1)
+    positions = torch.arange(flat_final.shape[0], device=final.device).view(final.shape[:2])
+    # rows are gathered where they are used: a [rows, vocab] copy of every row at once costs
+    # more than the reads themselves
+    if once is None:
 
-    def rows_from_final(hidden: torch.Tensor, final_rows: torch.Tensor):
-        return token_rows(hidden, *read_teacher(teacher_head, final_rows, t2d, tvd))
+        def teacher(rows: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            return read_teacher(teacher_head, flat_final[rows], t2d, tvd)
+
+    else:
+        flat = [read.flatten(0, 1) for read in once]
+
+        def teacher(rows: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            return tuple(read[rows] for read in flat)
+
+    def read_rows(hidden: torch.Tensor, rows: torch.Tensor):
+        return token_rows(hidden, *teacher(rows))
 
     def step(j: int, hidden: torch.Tensor, real: torch.Tensor):
-        if once is None:  # each step projects its own rows
-            return rowwise(rows_from_final, (hidden, ahead(final, 1 + j, real)), chunk)
-        return rowwise(token_rows, (hidden, *(ahead(read, 1 + j, real) for read in once)), chunk)
+        rows = ahead(positions, 1 + j, real)
+        if draft_head is None or tvd:
+            return rowwise(read_rows, (hidden, rows), chunk)
+        norm, weight = draft_head
+        return head_soft_ce(norm(hidden), weight, lambda r: teacher(r)[:2], rows, d2t, t2d)
 
     return step
 
@@ -205,6 +224,7 @@ def eagle3_loss_sums(
     head_norm: torch.nn.Module | None = None,  # the target's final norm, for the aux loss
     final_feature_weight: float = 0.0,
     chunk: int | None = None,  # rows projected to the vocabulary at once
+    draft_head: tuple[torch.nn.Module, torch.Tensor] | None = None,  # `head`'s norm, weight
 ) -> tuple[torch.Tensor, Stats]:
     """Summed sum_j decay^j x (the soft CE over the draft vocabulary — with
     `token_loss="tvd"`, the rejection probability instead — + `feature_weight` x the feature
@@ -216,7 +236,9 @@ def eagle3_loss_sums(
     if final_feature_weight and head_norm is None:
         raise ValueError("final_feature_weight needs the target's final norm")
 
-    step_tokens = _step_token_rows(head, teacher_head, d2t, t2d, token_loss, final, chunk)
+    step_tokens = _step_token_rows(
+        head, teacher_head, d2t, t2d, token_loss, final, chunk, draft_head
+    )
     loss = torch.zeros((), device=final.device)
     stats: Stats = {}
     aligned = torch.zeros((), device=final.device)

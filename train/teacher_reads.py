@@ -18,6 +18,10 @@ from typing import NamedTuple
 
 import torch
 
+#: rows projected at a time: the whole-vocabulary logits of a block stay small (their values
+#: do not depend on it)
+READ_BLOCK = 512
+
 
 class TeacherReads(NamedTuple):
     """The target at some positions, reduced to what the losses read."""
@@ -68,7 +72,7 @@ def read_teacher_once(
     if chunk is not None and positions * kept_size(kept, vocab) > chunk * vocab:
         return None
     flat = final.reshape(positions, h)
-    step = chunk or positions
+    step = min(chunk or positions, READ_BLOCK)
     parts = [
         read_teacher(head, flat[lo : lo + step], kept, with_norm)
         for lo in range(0, positions, step)
