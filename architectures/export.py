@@ -216,6 +216,10 @@ class Export:
         save_file(weights, str(self.folder / file), metadata={"format": "pt"})
 
 
+#: the longest proposal an export may record (engines draft chains of a few tokens)
+MAX_SPECULATIVE_TOKENS = 64
+
+
 def export_drafter(
     path: Path,
     output_dir: Path,
@@ -236,6 +240,12 @@ def export_drafter(
     """
     from .families import family_spec
 
+    if isinstance(speculative_tokens, bool) or not isinstance(speculative_tokens, int):
+        raise ExportError(f"speculative_tokens must be an integer, got {speculative_tokens!r}")
+    if not 1 <= speculative_tokens <= MAX_SPECULATIVE_TOKENS:
+        raise ExportError(
+            f"speculative_tokens must be in 1..{MAX_SPECULATIVE_TOKENS}, got {speculative_tokens}"
+        )
     path, output_dir = Path(path), output_path(output_dir)
     check_replaceable(output_dir, inputs=(path,))  # before any work
     record = read_drafter_record(path)

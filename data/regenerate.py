@@ -25,6 +25,7 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import math
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -57,8 +58,8 @@ class RegenerateConfig:
     sort_window: int = 8
 
     def __post_init__(self) -> None:
-        if self.temperature < 0:
-            raise DataError(f"temperature must be >= 0, got {self.temperature}")
+        if not math.isfinite(self.temperature) or self.temperature < 0:
+            raise DataError(f"temperature must be a finite number >= 0, got {self.temperature}")
         if not 0.0 < self.top_p <= 1.0:
             raise DataError(f"top_p must be in (0, 1], got {self.top_p}")
         for name in ("max_new_tokens", "batch_size", "sort_window"):

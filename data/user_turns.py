@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -52,9 +53,15 @@ class UserTurnConfig:
         for name in ("count", "max_new_tokens", "batch_size", "min_words"):
             if getattr(self, name) < 1:
                 raise DataError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.temperature <= 0:
+        if not math.isfinite(self.temperature) or self.temperature <= 0:
             raise DataError(
-                f"user turns are sampled: temperature must be > 0, got {self.temperature}"
+                f"user turns are sampled: temperature must be a finite number > 0, got "
+                f"{self.temperature}"
+            )
+        if self.min_words > self.max_new_tokens:  # every word takes at least one token
+            raise DataError(
+                f"min_words {self.min_words} can never be met by turns of at most "
+                f"max_new_tokens {self.max_new_tokens} tokens"
             )
         if not 0.0 < self.top_p <= 1.0:
             raise DataError(f"top_p must be in (0, 1], got {self.top_p}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -37,8 +38,10 @@ class SamplingParams:
             )
         if not 0 < self.typical_threshold < 1 or not 0 < self.typical_alpha <= 1:
             raise GenerationError("typical_threshold must be in (0, 1), typical_alpha in (0, 1]")
-        if self.temperature < 0:
-            raise GenerationError(f"temperature must be >= 0, got {self.temperature}")
+        if not math.isfinite(self.temperature) or self.temperature < 0:
+            raise GenerationError(
+                f"temperature must be a finite number >= 0, got {self.temperature}"
+            )
         if self.top_k < 0:
             raise GenerationError(f"top_k must be >= 0, got {self.top_k}")
         if not 0.0 < self.top_p <= 1.0:

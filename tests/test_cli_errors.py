@@ -201,8 +201,11 @@ def test_regenerate_refuses_bad_sampling_before_writing(testbed_tiny, tmp_path, 
     out.write_text('{"kept": true}\n')  # a previous run's rows: nothing may be lost
     cases = [
         (["--temperature", "-1"], "temperature"),
+        (["--temperature", "nan"], "temperature"),
+        (["--temperature", "inf"], "temperature"),
         (["--top-p", "0"], "top_p"),
         (["--top-p", "1.5"], "top_p"),
+        (["--top-p", "nan"], "top_p"),
         (["--max-new-tokens", "0"], "max_new_tokens"),
         (["--batch-size", "0"], "batch_size"),
         (["--writer", str(tmp_path / "no-writer")], "no-writer"),
@@ -217,7 +220,10 @@ def test_generate_refuses_bad_prompts_and_sampling(testbed_tiny, capsys):
     cases = [
         (["--prompt", ""], "empty"),
         (["--prompt", "x", "--temperature", "-1"], "temperature"),
+        (["--prompt", "x", "--temperature", "nan"], "temperature"),
+        (["--prompt", "x", "--temperature", "inf"], "temperature"),
         (["--prompt", "x", "--top-p", "0"], "top_p"),
+        (["--prompt", "x", "--top-p", "nan"], "top_p"),
         (["--prompt", "x", "--top-p", "1.5"], "top_p"),
         (["--prompt", "x", "--top-k", "-1"], "top_k"),
         (["--prompt", "def f():\n" * 400], "context"),
@@ -333,6 +339,15 @@ def test_pickled_weights_are_refused_unless_allowed(pickled_target, testbed_tiny
     allowed = capsys.readouterr().out.split("\n---")[0]
     assert main([*argv, "--target", str(testbed_tiny[0])]) == 0
     assert capsys.readouterr().out.split("\n---")[0] == allowed
+
+
+def test_an_export_refuses_a_proposal_length_no_engine_takes(tiny_drafters, tmp_path, capsys):
+    out = tmp_path / "export"
+    for length in ("0", "-1", "65"):
+        argv = ["export", str(tiny_drafters["eagle3"]), "--format", "speculators"]
+        argv += ["--output-dir", str(out), "--num-speculative-tokens", length]
+        _assert_one_error_line(argv, capsys, "speculative_tokens must be in 1..64")
+    assert not out.exists() and list(tmp_path.iterdir()) == []
 
 
 def test_remote_code_is_never_trusted(testbed_tiny):

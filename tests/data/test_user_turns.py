@@ -93,6 +93,9 @@ def test_a_file_draftzoo_did_not_write_is_refused_untouched(tiny, tmp_path, caps
     _assert_one_error_line(argv, capsys, "draftzoo wrote")
     argv = ["user-turns", "--target", str(folder), "--output", str(tmp_path / "x.jsonl")]
     _assert_one_error_line([*argv, "--temperature", "0"], capsys, "temperature")
+    _assert_one_error_line([*argv, "--temperature", "nan"], capsys, "temperature")
+    # a turn of at most 128 tokens holds at most 128 words: a run that can never finish
+    _assert_one_error_line([*argv, "--min-words", "1000000"], capsys, "can never be met")
     assert mine.read_bytes() == before and not (tmp_path / "x.jsonl").exists()
 
 
