@@ -133,7 +133,7 @@ def find_in_zoos(name: str, zoos: list[Path] | None = None) -> tuple[Path, dict[
         index = ZooIndex(root)
         entries = index.entries()
         if name in entries:
-            return (index.root / entries[name]["files"]).resolve(), entries[name]
+            return index.folder(name), entries[name]
         known += list(entries)
     near = close_names(name, known)
     hint = f"; did you mean: {', '.join(near)}?" if near else ""

@@ -233,6 +233,14 @@ def test_no_symbolic_link_is_followed_out_of_a_zoo(measured, tmp_path):
     (zoo / "index.json").write_text(json.dumps(index))
     with pytest.raises(ZooError, match="not a folder of the zoo"):
         ZooIndex(zoo).folder("entry")
+    # the lookups that load, eval and export make by name check the same way
+    for files in ("../linked", "..", "/etc", "entry/../../linked"):
+        index["drafters"]["entry"]["files"] = files
+        (zoo / "index.json").write_text(json.dumps(index))
+        with pytest.raises(ZooError, match="not a folder of the zoo"):
+            find_in_zoos("entry", [zoo])
+        with pytest.raises(ZooError, match="not a folder of the zoo"):
+            draftzoo.load("entry", zoos=[zoo])
 
 
 def test_a_report_names_the_weights_it_decoded_not_the_folders_later_ones(
