@@ -1,46 +1,53 @@
 #!/usr/bin/env bash
 # SmolLM2-135M-Instruct drafters from ShareGPT's own answers (fixed text, prefill capture: no
-# generation) at about ten times the first drafters' budget. One offline FP8 capture of the
-# `sharegpt` source at max_length 1024 (14,733 packed rows, 13.4 M tokens, 10.2 M of them
-# supervised: one pass is the budget), taps for every family (2, 15, 27: EAGLE-3; 28: DFlash;
-# 30, the final post-norm state: EAGLE-1, Medusa, MTP and every family's teacher logits), then
-# the families in FAMILIES trained from it.
+# generation) at about ten times the first drafters' budget, and the scaling curve on the way.
+# One offline FP8 capture of the `sharegpt` source at max_length 1024 (14,733 packed rows,
+# 13.4 M tokens, 10.2 M of them supervised: one pass is the budget), taps for every family (2,
+# 15, 27: EAGLE-3; 28: DFlash; 30, the final post-norm state: EAGLE-1, Medusa, MTP and every
+# family's teacher logits), shards of 128 rows (a stopped capture loses at most one), then
+# EAGLE-3 trained from it at each budget in BUDGETS.
 #   pip install "draftzoo[sharegpt]" && draftzoo target get smollm2-135m-instruct
 #   bash bench/smollm2_sharegpt.sh
 # Resumable: a rerun keeps finished shards, resumes each run from its newest checkpoint and
-# skips a family whose drafter exists. Settings (environment):
+# skips a run whose drafter exists. Measured on two cores (AMD EPYC, AVX512-BF16), alone: the
+# capture's target forwards ~1,000 tokens/s (~3.7 h), an EAGLE-3 step of 4 rows of 1,024
+# ~5.3 s (bench/results/cpu-2026-12-06-eagle3-step/), so one pass ~5.4 h.
+# Settings (environment):
 #   RUNS        where the capture and drafters go (runs)
 #   STAGES      "capture train" (default both)
-#   FAMILIES    which to train, in order ("eagle3")
-#   STEPS       training steps (default 3683: one pass of 4 rows of 1024 a step)
-#   SET_<family> more --set pairs for one family's run
+#   FAMILY      which family trains at each budget (eagle3)
+#   BUDGETS     supervised tokens in millions, one run each ("0.3 1 2 4 10"; a step supervises
+#               ~2,760 tokens: 4 rows of 1,024 at 0.674 supervised per token)
+#   SET_EXTRA   more --set pairs for every run
 set -euo pipefail
 runs=${RUNS:-runs}
 stages=${STAGES:-capture train}
-families=${FAMILIES:-eagle3}
-steps=${STEPS:-3683}
+family=${FAMILY:-eagle3}
+budgets=${BUDGETS:-0.3 1 2 4 10}
 shards="$runs/smollm2-sharegpt-capture"
 data=(--set data.source=sharegpt --set data.max_length=1024 --set capture.dtype=float8_e4m3)
 if [[ " $stages " == *" capture "* ]]; then
     started=$(date +%s)
     draftzoo capture recipes/eagle3/smollm2-135m-instruct.yaml --dir "$shards" "${data[@]}" \
-        --set target.dtype=bfloat16 --layer 2 --layer 15 --layer 27 --layer 28 --layer 30
+        --set target.dtype=bfloat16 --set capture.shard_samples=128 \
+        --layer 2 --layer 15 --layer 27 --layer 28 --layer 30
     echo "capture: $(($(date +%s) - started)) s (a rerun that finds every shard done: seconds)"
 fi
 if [[ " $stages " == *" train "* ]]; then
-    for family in $families; do
-        out="$runs/$family-smollm2-sharegpt"
+    for budget in $budgets; do
+        steps=$(python -c "print(round($budget * 1e6 / 2760))")
+        out="$runs/$family-smollm2-sharegpt-${budget}m"
         if [ -f "$out/draftzoo.json" ]; then
-            echo "$family: $out exists"
+            echo "$family at $budget M: $out exists"
             continue
         fi
         args=("${data[@]}" --set capture.mode=offline --set "capture.dir=$shards"
-            --set "output_dir=$out" --set "train.max_steps=$steps")
-        extra="SET_$family"
-        for pair in ${!extra:-}; do args+=(--set "$pair"); done
+            --set "output_dir=$out" --set "train.max_steps=$steps"
+            --set "train.warmup_steps=$((steps > 500 ? 50 : steps / 10))")
+        for pair in ${SET_EXTRA:-}; do args+=(--set "$pair"); done
         started=$(date +%s)
         draftzoo train "recipes/$family/smollm2-135m-instruct.yaml" "${args[@]}"
-        echo "$family: trained in $(($(date +%s) - started)) s -> $out"
+        echo "$family at $budget M ($steps steps): trained in $(($(date +%s) - started)) s"
     done
 fi
 echo done
