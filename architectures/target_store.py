@@ -88,8 +88,8 @@ def convert_gguf(gguf: Path, out: Path, record: dict | None = None) -> Path:
     `out` must be new, empty, or a folder this function wrote; it is replaced whole."""
     gguf, out = Path(gguf), Path(out)
     _check_replaceable_target(out)
-    model, tokenizer = _load_gguf(gguf)
     out.parent.mkdir(parents=True, exist_ok=True)
+    model, tokenizer = _load_gguf(gguf, out)
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.converting-"))
     try:
         model.save_pretrained(tmp)
@@ -120,22 +120,40 @@ def _usual_permissions(folder: Path) -> None:
         os.chmod(path, 0o666 & ~umask)
 
 
-def _load_gguf(gguf: Path):
-    """(float32 model without its GGUF flag, tokenizer) of a GGUF file; a file transformers
-    cannot read is refused in one line."""
+def _load_gguf(gguf: Path, out: Path):
+    """(float32 model without its GGUF flag, tokenizer) of a GGUF file, read from a scratch
+    folder beside `out` that holds nothing but a link to it (transformers would otherwise take
+    a `tokenizer.json` or `config.json` lying beside the GGUF over the GGUF's own); a file
+    transformers cannot read, or one lacking tensors of the model it describes (which would
+    convert to random weights), is refused in one line."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
 
     if not gguf.is_file():
         raise TargetError(f"no GGUF file at {gguf}")
+    alone = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.gguf-"))
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # missing weights are said below, in one line
     try:
-        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-        loaded = AutoModelForCausalLM.from_pretrained(
-            gguf.parent, gguf_file=gguf.name, dtype=torch.float32
+        os.symlink(gguf.resolve(), alone / gguf.name)
+        tokenizer = AutoTokenizer.from_pretrained(alone, gguf_file=gguf.name)
+        loaded, info = AutoModelForCausalLM.from_pretrained(
+            alone, gguf_file=gguf.name, dtype=torch.float32, output_loading_info=True
         )
     except (ValueError, KeyError, OSError, EOFError, IndexError, RuntimeError) as err:
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise TargetError(f"{gguf} cannot be converted: {first}") from err
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        shutil.rmtree(alone, ignore_errors=True)
+    missing = sorted(info.get("missing_keys") or ())
+    if missing:
+        raise TargetError(
+            f"{gguf} lacks the tensors of {len(missing)} weight(s) of its model "
+            f"({', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''}): converted, they "
+            "would be random"
+        )
     # a GGUF-loaded model refuses save_pretrained: the same model, built plainly, takes its weights
     config = loaded.config
     if hasattr(config, "quantization_config"):

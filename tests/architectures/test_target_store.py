@@ -23,6 +23,7 @@ from draftzoo.architectures.target_store import (
     get_target,
 )
 from draftzoo.cli import main
+from draftzoo.train.testbed import committed_testbed_dir
 from tests.architectures.tiny_gguf import write_tiny_gguf
 from tests.test_cli_errors import _assert_one_error_line
 
@@ -142,6 +143,36 @@ def test_a_truncated_or_unsupported_gguf_is_refused_in_one_line(tiny_gguf, tmp_p
     )
     assert not out.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["other.gguf", "truncated.gguf"]
+
+
+def test_the_gguf_alone_decides_what_is_converted(tiny_gguf, tmp_path, capsys):
+    """A tokenizer.json and config.json lying beside the GGUF (another model's) are not taken
+    for the GGUF's own; a GGUF lacking a tensor of its model is refused, nothing written."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    beside = tmp_path / "models"
+    beside.mkdir()
+    gguf = beside / "tiny.gguf"
+    gguf.write_bytes(tiny_gguf.read_bytes())
+    other = committed_testbed_dir()
+    for name in ("tokenizer.json", "tokenizer_config.json", "config.json"):
+        (beside / name).write_bytes((other / name).read_bytes())
+    out = tmp_path / "out"
+    assert main(["target", "convert", str(gguf), "--output-dir", str(out)]) == 0
+    own = AutoTokenizer.from_pretrained(tiny_gguf.parent, gguf_file=tiny_gguf.name)
+    assert (
+        len(AutoTokenizer.from_pretrained(out))
+        == len(own)
+        != len(AutoTokenizer.from_pretrained(other))
+    )
+    assert AutoConfig.from_pretrained(out).hidden_size == 64
+    lacking = write_tiny_gguf(tmp_path / "lacking.gguf", skip=("blk.1.ffn_up.weight",))
+    _assert_one_error_line(
+        ["target", "convert", str(lacking), "--output-dir", str(tmp_path / "x")],
+        capsys,
+        "model.layers.1.mlp.up_proj.weight",
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["lacking.gguf", "models", "out"]
 
 
 def test_a_target_folder_without_its_tokenizer_is_refused(tiny_gguf, tmp_path, capsys):

@@ -30,9 +30,14 @@ def _byte_tokens() -> list[str]:
 
 
 def write_tiny_gguf(
-    path: Path, architecture: str = "llama", layers: int = 2, seed: int = 0
+    path: Path,
+    architecture: str = "llama",
+    layers: int = 2,
+    seed: int = 0,
+    skip: tuple[str, ...] = (),
 ) -> Path:
-    """A tiny GGUF model file at `path` (hidden 64, 4 heads / 2 KV heads)."""
+    """A tiny GGUF model file at `path` (hidden 64, 4 heads / 2 KV heads), without the tensors
+    named in `skip`."""
     import gguf
 
     tokens = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", *_byte_tokens()]
@@ -65,19 +70,24 @@ def write_tiny_gguf(
         return (rng.standard_normal(shape) * 0.1).astype(np.float32)
 
     head_dim = hidden // heads
-    writer.add_tensor("token_embd.weight", weight(len(tokens), hidden))
-    writer.add_tensor("output_norm.weight", np.ones(hidden, dtype=np.float32))
-    writer.add_tensor("output.weight", weight(len(tokens), hidden))
+    tensors = {
+        "token_embd.weight": weight(len(tokens), hidden),
+        "output_norm.weight": np.ones(hidden, dtype=np.float32),
+        "output.weight": weight(len(tokens), hidden),
+    }
     for i in range(layers):
-        writer.add_tensor(f"blk.{i}.attn_norm.weight", np.ones(hidden, dtype=np.float32))
-        writer.add_tensor(f"blk.{i}.attn_q.weight", weight(heads * head_dim, hidden))
-        writer.add_tensor(f"blk.{i}.attn_k.weight", weight(kv_heads * head_dim, hidden))
-        writer.add_tensor(f"blk.{i}.attn_v.weight", weight(kv_heads * head_dim, hidden))
-        writer.add_tensor(f"blk.{i}.attn_output.weight", weight(hidden, heads * head_dim))
-        writer.add_tensor(f"blk.{i}.ffn_norm.weight", np.ones(hidden, dtype=np.float32))
-        writer.add_tensor(f"blk.{i}.ffn_gate.weight", weight(ffn, hidden))
-        writer.add_tensor(f"blk.{i}.ffn_up.weight", weight(ffn, hidden))
-        writer.add_tensor(f"blk.{i}.ffn_down.weight", weight(hidden, ffn))
+        tensors[f"blk.{i}.attn_norm.weight"] = np.ones(hidden, dtype=np.float32)
+        tensors[f"blk.{i}.attn_q.weight"] = weight(heads * head_dim, hidden)
+        tensors[f"blk.{i}.attn_k.weight"] = weight(kv_heads * head_dim, hidden)
+        tensors[f"blk.{i}.attn_v.weight"] = weight(kv_heads * head_dim, hidden)
+        tensors[f"blk.{i}.attn_output.weight"] = weight(hidden, heads * head_dim)
+        tensors[f"blk.{i}.ffn_norm.weight"] = np.ones(hidden, dtype=np.float32)
+        tensors[f"blk.{i}.ffn_gate.weight"] = weight(ffn, hidden)
+        tensors[f"blk.{i}.ffn_up.weight"] = weight(ffn, hidden)
+        tensors[f"blk.{i}.ffn_down.weight"] = weight(hidden, ffn)
+    for name, tensor in tensors.items():
+        if name not in skip:
+            writer.add_tensor(name, tensor)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
