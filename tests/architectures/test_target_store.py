@@ -173,6 +173,15 @@ def test_the_gguf_alone_decides_what_is_converted(tiny_gguf, tmp_path, capsys):
         "model.layers.1.mlp.up_proj.weight",
     )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["lacking.gguf", "models", "out"]
+    # a GGUF inside the folder it would be converted into is that folder's input: refused
+    inside = out / "again.gguf"
+    inside.write_bytes(tiny_gguf.read_bytes())
+    before = sorted(p.name for p in out.iterdir())
+    for target in (out, tmp_path):
+        argv = ["target", "convert", str(inside), "--output-dir", str(target)]
+        _assert_one_error_line(argv, capsys, "which this command reads")
+    assert sorted(p.name for p in out.iterdir()) == before
+    assert inside.read_bytes() == tiny_gguf.read_bytes()
 
 
 def test_a_target_folder_without_its_tokenizer_is_refused(tiny_gguf, tmp_path, capsys):
