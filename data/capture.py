@@ -19,7 +19,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -28,6 +27,7 @@ from pathlib import Path
 import torch
 
 from ..architectures.errors import DraftzooError
+from ..architectures.output_folders import fresh_path, write_text_atomically
 from .batching import Batch, collate
 from .feature_storage import FeatureStorage
 
@@ -135,9 +135,7 @@ def _sha256(path: Path) -> str:
 
 
 def _write_json_atomic(path: Path, data: dict) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1))
-    os.replace(tmp, path)
+    write_text_atomically(path, json.dumps(data, indent=1))
 
 
 def capture_offline(
@@ -238,9 +236,8 @@ def _write_shard(out_dir: Path, number: int, start: int, stop: int, tensors: dic
     from safetensors.torch import save_file
 
     name = f"shard-{number:05d}.safetensors"
-    tmp = out_dir / (name + ".tmp")
-    save_file(tensors, str(tmp))  # no metadata: its key order varies, and so would sha256
-    os.replace(tmp, out_dir / name)
+    with fresh_path(out_dir / name) as tmp:
+        save_file(tensors, str(tmp))  # no metadata: its key order varies, and so would sha256
     return {
         "file": name,
         "first": start,

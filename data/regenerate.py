@@ -34,6 +34,7 @@ from pathlib import Path
 import torch
 
 from ..architectures.defaults import ANSWER_MAX_NEW_TOKENS, TEMPERATURE
+from ..architectures.output_folders import write_text_atomically
 from .answer_report import AnswerReport, answer_report
 from .conversations import RowReport, Sample, iter_rows, iter_samples
 from .errors import DataError
@@ -84,9 +85,7 @@ def record_answer_report(output: Path) -> AnswerReport:
     record = output_record(output)
     kept = json.loads(record.read_text())
     kept["answers"] = report.to_dict()
-    tmp = record.with_name(record.name + ".tmp")
-    tmp.write_text(json.dumps(kept, indent=1))
-    os.replace(tmp, record)
+    write_text_atomically(record, json.dumps(kept, indent=1))
     return report
 
 
@@ -107,9 +106,8 @@ def claim_output(output: Path, source: str) -> set[int]:
         raise DataError(f"{output} is the recipe's data source; name a new file for the answers")
     if not output.exists():
         output.parent.mkdir(parents=True, exist_ok=True)
-        tmp = record.with_name(record.name + ".tmp")
-        tmp.write_text(json.dumps({"written_by": WRITTEN_BY, "source": _source_id(source)}))
-        os.replace(tmp, record)
+        claim = {"written_by": WRITTEN_BY, "source": _source_id(source)}
+        write_text_atomically(record, json.dumps(claim))
         return set()
     try:
         claimed = json.loads(record.read_text())

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Iterator
 from itertools import islice
 from pathlib import Path
 
+from ..architectures.output_folders import fresh_file
 from .chat_pairs import iter_function_pairs
 from .corpus import CorpusSpec, fingerprint_files, list_sources, read_source
 from .errors import DataError
@@ -52,11 +52,9 @@ def export_testbed_chat(path: Path, max_rows: int | None = None) -> int:
         raise DataError(f"max_rows must be >= 1, got {max_rows}")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
     count = 0
-    with tmp.open("w") as handle:
+    with fresh_file(path) as handle:
         for row in islice(iter_testbed_chat_rows(), max_rows):
             handle.write(json.dumps(row) + "\n")
             count += 1
-    os.replace(tmp, path)
     return count

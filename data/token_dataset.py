@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..architectures.config_io import to_dict
+from ..architectures.output_folders import fresh_dir
 from ..architectures.target import tokenizer_hash
 from .conversations import DataError, RowReport, iter_rows, iter_samples
 from .loss_mask import TemplateError, Tokenized, tokenize_sample
@@ -164,12 +165,15 @@ def build_token_dataset(config: DataConfig, tokenizer, cache_dir: Path):
     for index, row in enumerate(rows):
         row["index"] = index
     dataset = datasets.Dataset.from_list(rows)
-    tmp = target.with_name(target.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    dataset.save_to_disk(str(tmp))
-    (tmp / "draftzoo_report.json").write_text(json.dumps(report.to_dict()))
-    shutil.rmtree(target, ignore_errors=True)
-    tmp.rename(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = fresh_dir(target)
+    try:
+        dataset.save_to_disk(str(tmp))
+        (tmp / "draftzoo_report.json").write_text(json.dumps(report.to_dict()))
+        shutil.rmtree(target, ignore_errors=True)  # an unfinished one (no report)
+        tmp.rename(target)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     logger.info("tokenized %s: %s", config.source, report.summary())
     return datasets.load_from_disk(str(target)), report, key
 

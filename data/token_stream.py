@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..architectures.output_folders import fresh_file
 from .chat_pairs import iter_function_pairs
 from .corpus import SourceFile, read_source
 
@@ -80,9 +81,8 @@ def encode_documents(texts: Iterable[str], tokenizer, batch_size: int = 256) -> 
 def save_tokens(tokens: np.ndarray, path: Path) -> None:
     """Write a token array atomically."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp.npy")
-    np.save(tmp, tokens)
-    tmp.replace(path)
+    with fresh_file(path, "wb") as handle:
+        np.save(handle, tokens)
 
 
 def load_tokens(path: Path) -> np.ndarray:

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import torch
 
+from ..architectures.output_folders import write_text_atomically
 from .errors import DataError
 from .loss_mask import render_chat
 from .regenerate import stop_ids
@@ -113,6 +114,9 @@ def _read_progress(output: Path, progress: Path) -> UserTurnReport:
     """The report of the run that wrote `output` (empty when neither exists); a file that
     draftzoo did not write, or one that disagrees with its progress record, is refused."""
     report = UserTurnReport()
+    for path in (output, progress):
+        if path.is_symlink() or (path.exists() and not path.is_file()):
+            raise DataError(f"{path} is not a regular file; user-turns writes only files it made")
     if not output.exists():
         if progress.exists():
             progress.unlink()  # a record whose rows are gone: start again
@@ -230,7 +234,5 @@ def _row(text: str) -> dict:
 def _write_progress(
     progress: Path, report: UserTurnReport, config: UserTurnConfig, dtype: str
 ) -> None:
-    tmp = progress.with_name(progress.name + ".tmp")
     record = {"report": report.to_dict(), "config": asdict(config), "dtype": dtype}
-    tmp.write_text(json.dumps(record, indent=1))
-    os.replace(tmp, progress)
+    write_text_atomically(progress, json.dumps(record, indent=1))

@@ -31,6 +31,7 @@ from typing import Any
 from ..architectures.config_io import ConfigError
 from ..architectures.drafter_io import read_drafter_record
 from ..architectures.families import display_name
+from ..architectures.output_folders import fresh_path, write_text_atomically
 from ..architectures.zoo_index import ZooIndex
 from ..inference.load import MODEL_FREE, PROMPT_LOOKUP, SUFFIX_DECODING
 from .certificate import headline as certificate_headline
@@ -421,23 +422,19 @@ def plot(rows: list[Row], path: Path) -> Path:
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    with fresh_path(path) as tmp:
+        fig.savefig(tmp, dpi=110, format="png")
     plt.close(fig)
     return path
 
 
 def write(rows: list[Row], output_dir: Path, title: str) -> list[Path]:
     """LEADERBOARD.md and leaderboard.png in `output_dir` (each written whole, then renamed)."""
-    import os
 
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
-    tmp = output_dir / f".{PLOT_FILE}"
-    plot(rows, tmp)
-    os.replace(tmp, output_dir / PLOT_FILE)
-    text = output_dir / f".{LEADERBOARD_FILE}.tmp"
-    text.write_text(render(rows, title))
-    os.replace(text, output_dir / LEADERBOARD_FILE)
+    plot(rows, output_dir / PLOT_FILE)
+    write_text_atomically(output_dir / LEADERBOARD_FILE, render(rows, title))
     return [output_dir / LEADERBOARD_FILE, output_dir / PLOT_FILE]
 
 
@@ -526,4 +523,6 @@ def update_readme(readme: Path, rows: list[Row]) -> None:
         updated = replace_block(text, families_block(rows))
     except ValueError as err:
         raise ConfigError(f"--readme {readme}: {err}") from err
-    readme.write_text(updated)
+    if readme.is_symlink():
+        raise ConfigError(f"--readme {readme} is a symbolic link; name the file itself")
+    write_text_atomically(readme, updated)

@@ -11,6 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ..architectures.output_folders import fresh_path
+
 
 def _pyplot():
     import matplotlib
@@ -89,6 +91,7 @@ def plot_report(report: dict[str, Any], output_dir: Path) -> list[Path]:
 
 def _save(fig, path: Path) -> Path:
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    with fresh_path(path) as tmp:
+        fig.savefig(tmp, dpi=100, format="png")
     _pyplot().close(fig)
     return path

@@ -42,6 +42,7 @@ from ..architectures.defaults import (
 )
 from ..architectures.drafter_io import checkpoint_hash
 from ..architectures.families import family_spec, family_specs
+from ..architectures.output_folders import write_text_atomically
 from ..architectures.target import TARGET_DTYPES, TargetAdapter
 from ..data.dedupe import TrainingText, training_text
 from ..data.prompts import Prompt, PromptSetError, load_prompt_set
@@ -843,7 +844,5 @@ def write_report(report: dict[str, Any], output_dir: Path) -> Path:
         (REPORT_FILE, json.dumps(report, indent=1) + "\n"),
         (SUMMARY_FILE, summary_text(report)),
     ):
-        tmp = output_dir / (name + ".tmp")
-        tmp.write_text(text)
-        os.replace(tmp, output_dir / name)
+        write_text_atomically(output_dir / name, text)
     return output_dir / REPORT_FILE

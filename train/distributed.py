@@ -107,12 +107,14 @@ def check_replicas(accelerator, model, work_dir) -> bool | None:
 
     from accelerate.utils import gather_object
 
+    from ..architectures.output_folders import write_text_atomically
+
     plugin = getattr(accelerator.state, "deepspeed_plugin", None)
     if plugin is not None and plugin.zero_stage == 3:
         return None
     digests = gather_object([weights_digest(accelerator.unwrap_model(model))])
     if accelerator.is_main_process:
-        Path(work_dir, "replicas.json").write_text(json.dumps({"digests": digests}, indent=1))
+        write_text_atomically(Path(work_dir, "replicas.json"), json.dumps({"digests": digests}))
     if len(set(digests)) != 1:
         raise LaunchError(f"data-parallel ranks hold different weights: {digests}")
     return True

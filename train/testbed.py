@@ -14,6 +14,7 @@ from pathlib import Path
 from ..architectures import defaults
 from ..architectures.config_io import load_yaml_config, to_dict
 from ..architectures.errors import DraftzooError
+from ..architectures.output_folders import write_text_atomically
 from .distributed import partial_state
 from .pretrain_lm import pretrain
 from .testbed_config import TestbedConfig
@@ -83,9 +84,7 @@ def build_testbed(config: TestbedConfig, output_dir: Path, cache_dir: Path | Non
 
 def write_record(output_dir: Path, record: dict) -> None:
     """Write `testbed.json` atomically."""
-    tmp = output_dir / (RECORD_FILE + ".tmp")
-    tmp.write_text(json.dumps(record, indent=2) + "\n")
-    tmp.replace(output_dir / RECORD_FILE)
+    write_text_atomically(output_dir / RECORD_FILE, json.dumps(record, indent=2) + "\n")
 
 
 def read_record(testbed_dir: Path) -> dict:

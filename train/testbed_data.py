@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from ..architectures.config_io import to_dict
+from ..architectures.output_folders import write_text_atomically
 from ..data.corpus import CorpusError, corpus_versions, fingerprint_files, list_sources
 from ..data.token_stream import (
     CorpusStats,
@@ -102,9 +103,7 @@ def prepare_testbed_data(config: TestbedConfig, cache_dir: Path) -> PreparedData
         "heldout_modules": sorted({f.module for f in files if f.split == "heldout"}),
         "config": {"corpus": to_dict(config.corpus), "tokenizer": to_dict(config.tokenizer)},
     }
-    tmp = prepared.manifest.with_suffix(".tmp")
-    tmp.write_text(json.dumps(manifest, indent=2))
-    tmp.replace(prepared.manifest)
+    write_text_atomically(prepared.manifest, json.dumps(manifest, indent=2))
     logger.info(
         "prepared %d training and %d held-out tokens", train_tokens.size, heldout_tokens.size
     )

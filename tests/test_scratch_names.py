@@ -1,0 +1,119 @@
+"""Every temporary file draftzoo writes has a fresh name (`output_folders.fresh_path`): a link
+planted at any name a writer used to choose (`report.json.tmp`, `.LEADERBOARD.md.tmp`,
+`index.json.tmp`, `<file>.partial`, ...) is never written through, and what is written gets the
+permissions the umask gives. The rule is checked on the source: no module but
+`output_folders.py` builds a scratch name from a fixed suffix."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from draftzoo.architectures.output_folders import fresh_file, fresh_path, write_text_atomically
+from draftzoo.architectures.packaged_files import extract_member
+from draftzoo.data.capture import _write_json_atomic
+from tests.test_cli_errors import _assert_one_error_line
+
+ROOT = Path(__file__).parents[1]
+PACKAGES = ("architectures", "data", "train", "inference", "eval", "draftzoo")
+#: a string that ends a name with a scratch suffix (`name + ".tmp"`, `f".{name}.tmp"`, ...)
+FIXED_SCRATCH = re.compile(r"""\.(tmp|partial|part)(\.\w+)?["']""")
+
+
+def test_no_module_builds_a_fixed_scratch_name():
+    found = []
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            if path.name == "output_folders.py":
+                continue
+            for number, line in enumerate(path.read_text().splitlines(), start=1):
+                if FIXED_SCRATCH.search(line):
+                    found.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
+    assert found == [], "\n".join(found)
+
+
+def _plant(folder: Path, names: list[str]) -> Path:
+    """A secret outside `folder` and a link to it at each of `names` inside it."""
+    secret = folder.parent / f"{folder.name}-secret.txt"
+    secret.write_text("keep me")
+    folder.mkdir(exist_ok=True)
+    for name in names:
+        os.symlink(secret, folder / name)
+    return secret
+
+
+def test_links_at_the_old_scratch_names_are_never_written_through(tmp_path):
+    out = tmp_path / "out"
+    secret = _plant(out, ["notes.txt.tmp", "index.json.tmp", "x.partial", ".x.partial"])
+    _write_json_atomic(out / "index.json", {"shards": []})
+    write_text_atomically(out / "notes.txt", "new")
+    wheel = tmp_path / "w.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr("pkg/x", "payload")
+    digest = hashlib.sha256(b"payload").hexdigest()
+    extract_member(wheel, "pkg/x", out / "x", digest)
+    assert secret.read_text() == "keep me"
+    assert json.loads((out / "index.json").read_text()) == {"shards": []}
+    assert (out / "x").read_text() == "payload" and (out / "notes.txt").read_text() == "new"
+    left = sorted(p.name for p in out.iterdir())
+    # the links stay links, untouched, and no temporary is left
+    assert left == [
+        ".x.partial",
+        "index.json",
+        "index.json.tmp",
+        "notes.txt",
+        "notes.txt.tmp",
+        "x",
+        "x.partial",
+    ]
+    assert all((out / n).is_symlink() for n in left if n.endswith((".tmp", ".partial")))
+
+
+def test_a_link_at_the_final_name_is_replaced_not_followed(tmp_path):
+    secret = _plant(tmp_path / "out", ["report.json"])
+    write_text_atomically(tmp_path / "out" / "report.json", "{}")
+    assert secret.read_text() == "keep me"
+    assert not (tmp_path / "out" / "report.json").is_symlink()
+
+
+def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path):
+    path = tmp_path / "f.txt"
+    path.write_text("old")
+    with pytest.raises(RuntimeError), fresh_file(path) as handle:
+        handle.write("half")
+        raise RuntimeError("killed")
+    with pytest.raises(RuntimeError), fresh_path(path) as tmp:
+        tmp.write_text("half")
+        raise RuntimeError("killed")
+    assert path.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["f.txt"]
+
+
+def test_what_is_written_gets_the_umask_permissions(tmp_path):
+    previous = os.umask(0o022)
+    try:
+        write_text_atomically(tmp_path / "a.txt", "x")
+        with fresh_path(tmp_path / "b.bin") as tmp:
+            tmp.write_bytes(b"x")
+        os.umask(0o077)
+        write_text_atomically(tmp_path / "c.txt", "x")
+    finally:
+        os.umask(previous)
+    modes = {p.name: p.stat().st_mode & 0o777 for p in tmp_path.iterdir()}
+    assert modes == {"a.txt": 0o644, "b.bin": 0o644, "c.txt": 0o600}
+
+
+def test_user_turns_refuses_an_output_that_is_a_link(testbed_tiny, tmp_path, capsys):
+    """A dangling link at the output would create the file wherever it points."""
+    outside = tmp_path / "elsewhere" / "turns.jsonl"
+    (tmp_path / "here").mkdir()
+    os.symlink(outside, tmp_path / "here" / "turns.jsonl")
+    argv = ["user-turns", "--target", str(testbed_tiny[0]), "--count", "2"]
+    argv += ["--output", str(tmp_path / "here" / "turns.jsonl")]
+    _assert_one_error_line(argv, capsys, "not a regular file")
+    assert not outside.exists() and not outside.parent.exists()
