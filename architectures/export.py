@@ -256,7 +256,11 @@ def export_drafter(
     if not target and (spec.export_needs_target or embed):
         raise ExportError(f"{path}: the drafter's record names no target; name it (--target)")
     config = read_drafter_config(path)
-    tmp = scratch_dir(output_dir, "tmp")
+    verifier = verifier or (verifier_reference(target) if target else "")
+    linked = [name for name in TOKENIZER_FILES if (path / name).is_symlink()]
+    if linked:  # copied, a link would carry whatever it points to into the export
+        raise ExportError(f"{path / linked[0]} is a symbolic link; export copies only files")
+    tmp = scratch_dir(output_dir, "tmp")  # from here on, a failure removes it
     export = Export(
         source=path,
         folder=tmp,
@@ -265,7 +269,7 @@ def export_drafter(
         fmt=fmt,
         target_config=target_config,
         target=target,
-        verifier=verifier or (verifier_reference(target) if target else ""),
+        verifier=verifier,
         speculative_tokens=speculative_tokens,
         embed_tokens=embed,
     )

@@ -134,3 +134,33 @@ def test_exports_and_zoo_entries_are_readable_as_the_umask_says(tiny_drafters, t
     modes = {p.name: p.stat().st_mode & 0o777 for p in out.iterdir()}
     assert out.stat().st_mode & 0o777 == 0o755
     assert modes and set(modes.values()) == {0o644}, modes
+
+
+@pytest.mark.parametrize("fmt", ["vllm", "speculators", "sglang"])
+@pytest.mark.parametrize("family", ["eagle3", "eagle1", "draft_lm"])
+def test_a_refused_export_leaves_nothing_behind(tiny_drafters, tmp_path, capsys, fmt, family):
+    """Whatever the format asks of a target that is not there, the export is written whole or
+    refused in one line, and leaves no scratch folder."""
+    out = tmp_path / "export"
+    argv = ["export", str(tiny_drafters[family]), "--format", fmt, "--output-dir", str(out)]
+    code = main([*argv, "--no-target-check", "--target", str(tmp_path / "nope")])
+    err = capsys.readouterr().err
+    assert code in (0, 2) and "Traceback" not in err, err
+    left = sorted(p.name for p in tmp_path.iterdir())
+    assert left == (["export"] if code == 0 else []), left
+
+
+def test_an_export_refuses_a_linked_tokenizer_file(tiny_drafters, tmp_path, capsys):
+    """A link in the drafter would be copied as the file it points to, out of the drafter."""
+    import shutil
+
+    drafter = tmp_path / "drafter"
+    shutil.copytree(tiny_drafters["eagle3"], drafter)
+    secret = tmp_path / "secret.jinja"
+    secret.write_text("{{ secret }}")
+    (drafter / "chat_template.jinja").unlink(missing_ok=True)
+    os.symlink(secret, drafter / "chat_template.jinja")
+    out = tmp_path / "export"
+    argv = ["export", str(drafter), "--format", "vllm", "--output-dir", str(out)]
+    _assert_one_error_line([*argv, "--no-target-check"], capsys, "symbolic link")
+    assert not out.exists() and not list(tmp_path.glob(".export*"))
