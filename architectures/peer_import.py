@@ -91,6 +91,9 @@ def read_peer_folder(path: Path) -> PeerFolder:
     path = Path(path)
     if not path.is_dir():
         raise PeerImportError(f"{path} is not a folder")
+    linked = sorted(p.name for p in path.iterdir() if p.is_symlink())
+    if linked:  # read, a link would bring whatever it points to into the imported drafter
+        raise PeerImportError(f"{path / linked[0]} is a symbolic link; import reads only files")
     config: dict[str, Any] = {}
     if (path / "config.json").is_file():
         try:

