@@ -107,6 +107,11 @@ class EagleConfig:
     #: a bias on `fc` (EAGLE-1's reference code has one; vLLM's EAGLE-1 loader has none and
     #: would drop it, so the default is off)
     fc_bias: bool = False
+    #: the target decoder layer (0-based) the drafter's layer starts from: its MLP, its norms
+    #: and its attention's weights on the hidden state (EAGLE-3: the half of q/k/v that reads
+    #: the fused state; the half that reads the token's embedding keeps its random start).
+    #: None: all random, as published. Negative counts from the last layer (-1: the last).
+    init_layer: int | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -560,6 +565,51 @@ def init_draft_head(drafter: EagleDrafter, target) -> None:
     with torch.no_grad():
         drafter.lm_head.weight.copy_(target.lm_head.weight[ids].to(drafter.lm_head.weight))
         drafter.norm.weight.copy_(norm_weight.to(drafter.norm.weight))
+
+
+def init_layer_from_target(drafter: EagleDrafter, target, index: int) -> None:
+    """Start the drafter's decoder layer from the target's layer `index` (`init_layer`), where
+    the shapes agree; a target whose layer does not have them is refused in one line."""
+    layers = target.decoder_layers
+    if not -len(layers) <= index < len(layers):
+        raise TargetError(f"eagle.init_layer {index}: the target has {len(layers)} layers")
+    source, mine = layers[index], drafter.midlayer
+    attention, theirs = mine.self_attn, getattr(source, "self_attn", None)
+    hidden = drafter.fields["hidden_size"]
+    pairs = [
+        (mine.mlp, getattr(source, "mlp", None)),
+        (mine.post_attention_layernorm, getattr(source, "post_attention_layernorm", None)),
+        (attention.o_proj, getattr(theirs, "o_proj", None)),
+    ]
+    norm = mine.hidden_norm if drafter.kind == "eagle3" else None
+    if norm is not None:
+        pairs.append((norm, getattr(source, "input_layernorm", None)))
+    with torch.no_grad():
+        for own, their in pairs:
+            _copy_module(own, their, index)
+        for name in ("q_proj", "k_proj", "v_proj"):
+            weight = getattr(attention, name).weight
+            their = getattr(getattr(theirs, name, None), "weight", None)
+            reads = weight[:, -hidden:]  # EAGLE-3: the fused state's half; EAGLE-1: all of it
+            if their is None or their.shape != reads.shape:
+                raise TargetError(
+                    f"eagle.init_layer {index}: the target layer's {name} is not "
+                    f"{tuple(reads.shape)}; leave init_layer unset for this target"
+                )
+            reads.copy_(their.to(weight))
+
+
+def _copy_module(own: nn.Module, their: nn.Module | None, index: int) -> None:
+    """Every parameter of `own` from the same name in `their`, shapes equal."""
+    mine = dict(own.named_parameters())
+    theirs = dict(their.named_parameters()) if their is not None else {}
+    if set(mine) != set(theirs) or any(mine[k].shape != theirs[k].shape for k in mine):
+        raise TargetError(
+            f"eagle.init_layer {index}: the target layer has no {type(own).__name__} of the "
+            "drafter's shape; leave init_layer unset for this target"
+        )
+    for name, parameter in mine.items():
+        parameter.copy_(theirs[name].to(parameter))
 
 
 def load_eagle(

@@ -20,7 +20,13 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..architectures.eagle import EagleConfig, EagleDrafter, build_eagle, init_draft_head
+from ..architectures.eagle import (
+    EagleConfig,
+    EagleDrafter,
+    build_eagle,
+    init_draft_head,
+    init_layer_from_target,
+)
 from ..data.capture import CaptureConfig
 from ..data.token_dataset import DataConfig
 from .blocks import export_drafter, own_weights, prepare_model, start_run, train_steps
@@ -85,6 +91,8 @@ def _build(recipe: EagleRecipe, run) -> EagleDrafter:
     vocab = target.lm_head.weight.shape[0]
     with whole_weights(run.accelerator):
         drafter = build_eagle(recipe.eagle, target)  # refuses missing layers before any step
+        if recipe.eagle.init_layer is not None:
+            init_layer_from_target(drafter, target, recipe.eagle.init_layer)
         if drafter.kind == "eagle3":
             d2t, t2d, covered = draft_vocab(recipe.eagle, run.dataset, vocab)
             drafter.set_vocab_map(d2t, t2d)

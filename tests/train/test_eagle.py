@@ -423,3 +423,36 @@ def test_eagle3_from_fp8_shards_trains_like_online_fp8_and_resumes_exactly(
     assert again.resumed_from == 2 and again.steps == 4
     resumed = load_file(Path(longer.output_dir) / "model.safetensors")
     assert all(torch.equal(straight[k], resumed[k]) for k in straight)
+
+
+@pytest.mark.parametrize("kind", ["eagle3", "eagle1"])
+def test_the_drafter_layer_can_start_from_a_target_layer(testbed_tiny, chat, tmp_path, kind):
+    """`eagle.init_layer`: the drafter's MLP, norms, o_proj and the hidden state's half of
+    q/k/v start as the target layer's (EAGLE-3's embedding half keeps its random start); a run
+    with it trains; a layer the target lacks is refused in one line."""
+    from draftzoo.architectures.eagle import EagleConfig, build_eagle, init_layer_from_target
+
+    target = load_target(tiny_eagle_recipe(tmp_path, testbed_tiny[0], chat).target, "cpu")
+    layers = (0, 1, 2) if kind == "eagle3" else None
+    config = EagleConfig(kind=kind, layers=layers, ttt_steps=1 if kind == "eagle1" else 2)
+    drafter = build_eagle(config, target)
+    h = target.hidden_size
+    random_half = drafter.midlayer.self_attn.q_proj.weight[:, :-h].clone()
+    init_layer_from_target(drafter, target, -1)
+    source, mine = target.decoder_layers[-1], drafter.midlayer
+    assert torch.equal(mine.mlp.down_proj.weight, source.mlp.down_proj.weight)
+    assert torch.equal(mine.self_attn.o_proj.weight, source.self_attn.o_proj.weight)
+    assert torch.equal(mine.self_attn.k_proj.weight[:, -h:], source.self_attn.k_proj.weight)
+    if kind == "eagle3":
+        assert torch.equal(mine.hidden_norm.weight, source.input_layernorm.weight)
+        assert torch.equal(mine.self_attn.q_proj.weight[:, :-h], random_half[:, :h])
+    with pytest.raises(TargetError, match="the target has 2 layers"):
+        init_layer_from_target(drafter, target, 5)
+    recipe = tiny_eagle_recipe(
+        tmp_path / "run",
+        testbed_tiny[0],
+        chat,
+        eagle={"kind": kind, "init_layer": -1},
+        train={"max_steps": 2, "log_every": 1, "checkpoint_every": 50},
+    )
+    assert run(recipe).final_loss > 0
