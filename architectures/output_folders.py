@@ -120,6 +120,17 @@ def is_marked_export(folder: Path) -> bool:
     return isinstance(config, dict) and "draftzoo" in config
 
 
+def refuse_working_directory(output_dir: Path) -> None:
+    """Refuse an output folder that is, or holds, the working directory: replacing it would
+    move the folder the user (and this process) stands in."""
+    here, output = Path.cwd().resolve(), Path(output_dir).resolve()
+    if output == here or output in here.parents:
+        raise OutputDirError(
+            f"{output_dir} is or holds the working directory, and the output folder is replaced "
+            "whole; name another folder"
+        )
+
+
 def refuse_inputs_inside(output_dir: Path, inputs: Iterable[Path | str]) -> None:
     """Refuse an output folder that is, or holds, a file or folder the command reads: it is
     replaced whole, and its inputs would go with it."""
@@ -151,13 +162,13 @@ def check_replaceable(
             f"{output_dir} is the zoo entry {entry!r}; `draftzoo publish --overwrite` replaces "
             "zoo entries (name another output folder)"
         )
-    if not any(output_dir.iterdir()) or (output_dir / RECORD_FILE).is_file():
-        return
-    if not is_marked_export(output_dir):
+    ours = (output_dir / RECORD_FILE).is_file() or is_marked_export(output_dir)
+    if any(output_dir.iterdir()) and not ours:
         raise OutputDirError(
             f"{output_dir} already holds files draftzoo did not write, and the output folder is "
             "replaced whole; name a new folder"
         )
+    refuse_working_directory(output_dir)
 
 
 def replace_dir(

@@ -18,12 +18,17 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 from dataclasses import asdict
 from pathlib import Path
 
 from .defaults import targets_dir
-from .output_folders import refuse_inputs_inside, usual_permissions
+from .output_folders import (
+    SCRATCH_MARK,
+    refuse_inputs_inside,
+    refuse_working_directory,
+    scratch_dir,
+    usual_permissions,
+)
 from .packaged_files import (
     Download,
     checked_wheel,
@@ -97,7 +102,7 @@ def convert_gguf(gguf: Path, out: Path, record: dict | None = None) -> Path:
     _check_replaceable_target(out, gguf)
     out.parent.mkdir(parents=True, exist_ok=True)
     model, tokenizer = _load_gguf(gguf, out)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.converting-"))
+    tmp = scratch_dir(out, "tmp")  # marked: a killed conversion's is cleaned by the next
     try:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
@@ -110,6 +115,7 @@ def convert_gguf(gguf: Path, out: Path, record: dict | None = None) -> Path:
             **(record or {}),
         }
         (tmp / TARGET_RECORD).write_text(json.dumps(provenance, indent=1) + "\n")
+        (tmp / SCRATCH_MARK).unlink()
         usual_permissions(tmp)
         _swap_in(tmp, out)
     finally:
@@ -129,7 +135,7 @@ def _load_gguf(gguf: Path, out: Path):
 
     if not gguf.is_file():
         raise TargetError(f"no GGUF file at {gguf}")
-    alone = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.gguf-"))
+    alone = scratch_dir(out, "tmp")
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()  # missing weights are said below, in one line
     try:
@@ -165,6 +171,7 @@ def _check_replaceable_target(out: Path, gguf: Path) -> None:
     """A conversion replaces only a folder it wrote (its record says so), or an empty one, and
     never one that holds the GGUF it reads."""
     refuse_inputs_inside(out, (gguf,))
+    refuse_working_directory(out)
     if out.is_symlink():
         raise TargetError(f"{out} is a symlink; name a real folder to write the target into")
     if not out.exists():
@@ -181,7 +188,7 @@ def _swap_in(tmp: Path, out: Path) -> None:
     if not out.exists():
         os.replace(tmp, out)
         return
-    aside = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.old-"))
-    os.replace(out, aside / out.name)
+    aside = scratch_dir(out, "old")
+    os.replace(out, aside)  # onto the empty scratch folder
     os.replace(tmp, out)
     shutil.rmtree(aside)

@@ -164,3 +164,18 @@ def test_an_export_refuses_a_linked_tokenizer_file(tiny_drafters, tmp_path, caps
     argv = ["export", str(drafter), "--format", "vllm", "--output-dir", str(out)]
     _assert_one_error_line([*argv, "--no-target-check"], capsys, "symbolic link")
     assert not out.exists() and not list(tmp_path.glob(".export*"))
+
+
+def test_an_export_into_the_working_directory_is_refused(tiny_drafters, tmp_path, capsys):
+    """An empty working directory would be replaced whole, leaving the user's shell in a
+    folder that no longer exists."""
+    here = tmp_path / "here"
+    here.mkdir()
+    previous = Path.cwd()
+    os.chdir(here)
+    try:
+        argv = ["export", str(tiny_drafters["eagle3"]), "--format", "vllm", "--output-dir", "."]
+        _assert_one_error_line(argv, capsys, "working directory")
+    finally:
+        os.chdir(previous)
+    assert list(here.iterdir()) == [] and sorted(p.name for p in tmp_path.iterdir()) == ["here"]

@@ -200,6 +200,29 @@ def test_the_gguf_alone_decides_what_is_converted(tiny_gguf, tmp_path, capsys):
     assert inside.read_bytes() == tiny_gguf.read_bytes()
 
 
+def test_a_killed_conversion_is_cleaned_and_the_working_directory_never_moved(
+    tiny_gguf, tmp_path, capsys, monkeypatch
+):
+    """A conversion killed midway leaves a scratch folder marked with its pid: the next
+    conversion beside it removes it. A conversion into the folder the user stands in (or one
+    holding it) is refused: replacing it would move the working directory."""
+    out = tmp_path / "target"
+    killed = tmp_path / ".target.tmp-killed"
+    killed.mkdir()
+    (killed / "model.safetensors").write_bytes(b"half" * 1000)
+    (killed / ".draftzoo-scratch").write_text(json.dumps({"pid": 2**22 + 12345}))
+    mine = tmp_path / ".target.tmp-mine"  # no mark: not ours to delete
+    mine.mkdir()
+    assert main(["target", "convert", str(tiny_gguf), "--output-dir", str(out)]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".target.tmp-mine", "target"]
+    assert not (out / ".draftzoo-scratch").exists()
+    monkeypatch.chdir(out)
+    for here in (".", str(tmp_path)):
+        argv = ["target", "convert", str(tiny_gguf), "--output-dir", here]
+        _assert_one_error_line(argv, capsys, "working directory")
+    assert (out / TARGET_RECORD).is_file() and Path.cwd() == out
+
+
 def test_a_target_folder_without_its_tokenizer_is_refused(tiny_gguf, tmp_path, capsys):
     out = tmp_path / "target"
     assert main(["target", "convert", str(tiny_gguf), "--output-dir", str(out)]) == 0
