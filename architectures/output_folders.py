@@ -18,6 +18,7 @@ where `interrupted_swap` finds it.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -118,6 +119,36 @@ def is_marked_export(folder: Path) -> bool:
     except (OSError, ValueError):
         return False
     return isinstance(config, dict) and "draftzoo" in config
+
+
+@contextmanager
+def output_lock(
+    output: Path, command: str, error: type[DraftzooError] = OutputDirError
+) -> Iterator[None]:
+    """Hold `.<name>.lock` beside the file `output` while `command` appends to it: a second
+    command on the same output is refused in one line (`error`) instead of writing its rows
+    among the first's, as is an output that is a link or not a file. The lock file is opened
+    with O_NOFOLLOW and never truncated; the kernel drops the lock when its holder exits."""
+    output = Path(output)
+    if output.is_symlink() or (output.exists() and not output.is_file()):
+        raise error(f"{output} is not a regular file; draftzoo {command} writes only files it made")
+    lock = output.with_name(f".{output.name}.lock")
+    output.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    except OSError as err:
+        raise error(f"{lock} cannot be the lock of {output} ({err.strerror})") from err
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise error(
+                f"{output} is being written by another draftzoo {command}; let it finish (a "
+                "rerun then resumes) or name another output"
+            ) from None
+        yield
+    finally:
+        os.close(fd)
 
 
 def refuse_working_directory(output_dir: Path) -> None:

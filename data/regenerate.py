@@ -34,7 +34,7 @@ from pathlib import Path
 import torch
 
 from ..architectures.defaults import ANSWER_MAX_NEW_TOKENS, TEMPERATURE
-from ..architectures.output_folders import write_text_atomically
+from ..architectures.output_folders import output_lock, write_text_atomically
 from .answer_report import AnswerReport, answer_report
 from .conversations import RowReport, Sample, iter_rows, iter_samples
 from .errors import DataError
@@ -263,8 +263,13 @@ def regenerate(
     `writer` is the causal LM that writes the answers: the target (default), or a draft model
     on the same tokenizer for on-policy distillation data.
     """
-    writer = adapter.model if writer is None else writer
     output = Path(output)
+    with output_lock(output, "regenerate", DataError):
+        return _regenerate(adapter, data, output, config, writer)
+
+
+def _regenerate(adapter, data: DataConfig, output: Path, config: RegenerateConfig, writer):
+    writer = adapter.model if writer is None else writer
     fresh = not output.exists()
     done = claim_output(output, data.source)
     tokenizer = adapter.tokenizer

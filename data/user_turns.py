@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from ..architectures.output_folders import write_text_atomically
+from ..architectures.output_folders import output_lock, write_text_atomically
 from .errors import DataError
 from .loss_mask import render_chat
 from .regenerate import stop_ids
@@ -200,6 +200,11 @@ def synthesize_user_turns(model, tokenizer, output: Path, config: UserTurnConfig
     """Write `config.count` distinct user turns sampled from `model` to `output` (resuming a
     run that stopped); returns the report, also kept in `<output>.progress.json`."""
     output = Path(output)
+    with output_lock(output, "user-turns", DataError):
+        return _synthesize(model, tokenizer, output, config)
+
+
+def _synthesize(model, tokenizer, output: Path, config: UserTurnConfig) -> UserTurnReport:
     progress = output.with_name(output.name + ".progress.json")
     report = _read_progress(output, progress)
     prefix = user_turn_prefix(tokenizer, config.system)

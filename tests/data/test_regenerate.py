@@ -264,3 +264,22 @@ def test_the_report_is_kept_in_the_record_and_a_rerun_still_resumes(testbed_tiny
     record = json.loads(output_record(out).read_text())
     assert record["answers"] == report.to_dict() and record["written_by"] == "draftzoo regenerate"
     assert regenerate(target, data, out, config)[0] == 0  # the record still claims the file
+
+
+def test_two_regenerations_of_one_output_cannot_interleave(testbed_tiny, tmp_path, capsys):
+    """While one regenerate appends to an output (it holds the output's lock), a second on the
+    same output is refused in one line and writes nothing; once the first ends, a rerun
+    resumes."""
+    from draftzoo.architectures.output_folders import output_lock
+    from tests.test_cli_errors import _assert_one_error_line, _tiny_recipe_file
+
+    source = write_chat_jsonl(tmp_path / "chat.jsonl", 4)
+    recipe = _tiny_recipe_file(tmp_path, testbed_tiny[0], source)
+    out = tmp_path / "answers.jsonl"
+    argv = ["regenerate", recipe, "--output", str(out), "--max-new-tokens", "4", "--limit", "2"]
+    with output_lock(out, "regenerate"):  # another process's run, as far as the lock goes
+        _assert_one_error_line(argv, capsys, "being written by another draftzoo regenerate")
+    assert not out.exists()
+    from draftzoo.cli import main
+
+    assert main(argv) == 0 and len(out.read_text().splitlines()) == 2

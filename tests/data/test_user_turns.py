@@ -96,6 +96,10 @@ def test_a_file_draftzoo_did_not_write_is_refused_untouched(tiny, tmp_path, caps
     _assert_one_error_line([*argv, "--temperature", "nan"], capsys, "temperature")
     # a turn of at most 128 tokens holds at most 128 words: a run that can never finish
     _assert_one_error_line([*argv, "--min-words", "1000000"], capsys, "can never be met")
+    from draftzoo.architectures.output_folders import output_lock
+
+    with output_lock(tmp_path / "x.jsonl", "user-turns"):  # a run already writing it
+        _assert_one_error_line(argv, capsys, "being written by another draftzoo user-turns")
     assert mine.read_bytes() == before and not (tmp_path / "x.jsonl").exists()
 
 
