@@ -87,6 +87,7 @@ class BatchGenerator:
         self.max_speculative_batch = max_speculative_batch
         self.device = next(target.parameters()).device
         max_positions = getattr(target.config, "max_position_embeddings", None)
+        self.vocab_size = target.get_input_embeddings().num_embeddings
         self.max_cache_length = cache.max_length if cache.static else None
         self.cuda_graphs = use_cuda_graphs(self.device, cache.cuda_graphs)
         self._static: StaticForward | None = None
@@ -105,7 +106,7 @@ class BatchGenerator:
             raise GenerationError("no prompts given")
         requests = []
         for prompt in prompts:
-            ids = encode_prompt(self.tokenizer, prompt, self.limits.max_context)
+            ids = encode_prompt(self.tokenizer, prompt, self.limits.max_context, self.vocab_size)
             if self.max_cache_length and len(ids) + params.max_new_tokens > self.max_cache_length:
                 raise GenerationError(
                     f"{len(ids)} prompt tokens + max_new_tokens {params.max_new_tokens} do not "

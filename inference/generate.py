@@ -88,6 +88,7 @@ class SpeculativeGenerator:
         )
         self.device = next(target.parameters()).device
         self.max_positions = getattr(target.config, "max_position_embeddings", None)
+        self.vocab_size = target.get_input_embeddings().num_embeddings
         #: positions a request may fill in a static cache (None: the cache grows)
         self.max_cache_length = cache.max_length if cache.static else None
         self.forward: GrowingForward | StaticForward = (
@@ -110,7 +111,7 @@ class SpeculativeGenerator:
     def generate(self, prompt: str | list[int], params: SamplingParams | None = None):
         """Generate a continuation of `prompt` (text or token ids)."""
         params = params or SamplingParams()
-        prompt_ids = encode_prompt(self.tokenizer, prompt, self.max_positions)
+        prompt_ids = encode_prompt(self.tokenizer, prompt, self.max_positions, self.vocab_size)
         needed = len(prompt_ids) + params.max_new_tokens
         if self.max_cache_length is not None and needed > self.max_cache_length:
             raise GenerationError(

@@ -288,6 +288,33 @@ def suffix_runtime(
     )
 
 
+class LoadArgumentError(DraftzooError, TypeError):
+    """An argument of `draftzoo.load` of the wrong kind."""
+
+
+def _check_load_arguments(name_or_path, target, dtype, device) -> None:
+    """`load`'s arguments, checked where they enter: each wrong one is one line."""
+    if not isinstance(name_or_path, str | Path):
+        raise LoadArgumentError(
+            f"the drafter is a zoo name or a folder, not {type(name_or_path).__name__}"
+        )
+    if target is not None and not isinstance(target, str | Path | nn.Module):
+        raise LoadArgumentError(
+            f"target is a transformers causal LM or its folder or hub name, not "
+            f"{type(target).__name__}"
+        )
+    if not isinstance(dtype, torch.dtype):
+        raise LoadArgumentError(f"dtype is a torch.dtype, not {dtype!r}")
+    if device is not None:
+        try:
+            if torch.device(device).type == "cuda" and not torch.cuda.is_available():
+                raise RuntimeError("no CUDA device here")
+        except (RuntimeError, TypeError) as err:
+            raise LoadArgumentError(
+                f"device {device!r} is not a device (cpu, cuda, cuda:N)"
+            ) from err
+
+
 def load(
     name_or_path: str | Path,
     target=None,
@@ -317,6 +344,7 @@ def load(
     `SuffixSettings(tree=True, cache_path="suffix-cache.json")` to keep what earlier processes
     generated; `hybrid`, e.g. `HybridSettings(pace=False)`: by scores alone, untimed (default:
     the rule the published evaluation recorded)."""
+    _check_load_arguments(name_or_path, target, dtype, device)
     folder, entry = _drafter_folder(name_or_path, zoos, target)
     record = read_drafter_record(folder)
     serving = (entry or {}).get("serving", {})

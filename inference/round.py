@@ -11,6 +11,7 @@ its metrics and, once set, why it finished.
 
 from __future__ import annotations
 
+import operator
 import time
 from dataclasses import dataclass, field
 
@@ -107,15 +108,44 @@ class Limits:
     eos_ids: frozenset[int]
 
 
-def encode_prompt(tokenizer, prompt: str | list[int], max_positions: int | None) -> list[int]:
-    """Token ids of a prompt (text or ids); an empty one or one that fills the context is
-    refused."""
+def token_ids(prompt) -> list[int]:
+    """A prompt given as token ids (a list, tuple, array or tensor of integers) as a list of
+    ints; anything else is refused in one line."""
+    try:
+        items = list(prompt)
+    except TypeError:
+        raise GenerationError(
+            f"a prompt is text or a list of token ids, not {type(prompt).__name__}"
+        ) from None
+    ids = []
+    for item in items:
+        try:
+            if isinstance(item, bool):
+                raise TypeError
+            ids.append(operator.index(item))
+        except TypeError:
+            raise GenerationError(f"a prompt of token ids holds {item!r}, not a token id") from None
+    return ids
+
+
+def encode_prompt(
+    tokenizer, prompt: str | list[int], max_positions: int | None, vocab_size: int | None = None
+) -> list[int]:
+    """Token ids of a prompt (text, or ids below `vocab_size`); an empty one, one that fills
+    the context, or ids that are not the target's tokens are refused."""
     if isinstance(prompt, str):
         if not prompt:
             raise GenerationError("the prompt is empty")
         ids = tokenizer(prompt, add_special_tokens=False).input_ids
     else:
-        ids = list(prompt)
+        ids = token_ids(prompt)
+        outside = [i for i in ids if i < 0 or (vocab_size is not None and i >= vocab_size)]
+        if outside:
+            raise GenerationError(
+                f"token id {outside[0]} is outside the target's vocabulary (0..{vocab_size - 1})"
+                if vocab_size is not None
+                else f"token id {outside[0]} is negative"
+            )
     if not ids:
         raise GenerationError("the prompt is empty")
     if max_positions is not None and len(ids) >= max_positions:

@@ -14,6 +14,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -299,3 +300,61 @@ def test_out_of_range_numeric_options(option, value, proposer, tiny_drafters, te
     if option != "--max-new-tokens":
         argv += ["--max-new-tokens", "3"]
     _run("numeric option", [*argv, f"{option}={value}"], canary)
+
+
+# -- the Python API ----------------------------------------------------------------------------
+
+PROMPTS = st.one_of(
+    st.text(max_size=6),
+    st.lists(st.one_of(st.integers(-3, 10**12), JSON_LEAF), max_size=4),
+    JSON,
+)
+
+
+@pytest.fixture(scope="module")
+def tiny_generator(tiny_drafters, tiny_target_model):
+    import draftzoo
+
+    model, tokenizer, _ = tiny_target_model
+    return draftzoo.load(tiny_drafters["eagle3"], model, tokenizer)
+
+
+@SETTINGS
+@given(prompt=PROMPTS)
+def test_generated_prompts_through_the_api(prompt, tiny_generator):
+    """Any value as a prompt: generated from, or refused with a `DraftzooError` (ids outside
+    the vocabulary, booleans, floats, nested lists, None, an empty prompt)."""
+    import draftzoo
+    from draftzoo.inference.sampling import SamplingParams
+
+    try:
+        tiny_generator.generate(prompt, SamplingParams(max_new_tokens=2))
+        outcome = "accepted"
+    except draftzoo.DraftzooError:
+        outcome = "refused"
+    GENERATED[f"python generate {outcome}"] += 1
+
+
+@pytest.mark.parametrize(
+    ("arguments", "said"),
+    [
+        ({"target": 123}, "not int"),
+        ({"target": [1]}, "not list"),
+        ({"device": "banana"}, "not a device"),
+        pytest.param(
+            {"device": "cuda:0"},
+            "not a device",
+            marks=pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is here"),
+        ),
+        ({"device": 3.5}, "not a device"),
+        ({"dtype": "float32"}, "torch.dtype"),
+        ({"name_or_path": 5}, "not int"),
+    ],
+)
+def test_load_refuses_arguments_of_the_wrong_kind(arguments, said, tiny_drafters):
+    import draftzoo
+
+    given_arguments = {"name_or_path": tiny_drafters["eagle3"], **arguments}
+    with pytest.raises(draftzoo.DraftzooError, match=said) as err:
+        draftzoo.load(**given_arguments)
+    assert isinstance(err.value, TypeError) and "\n" not in str(err.value)
