@@ -22,6 +22,19 @@ class ConfigError(DraftzooError, ValueError):
     """A config file or dict does not match its dataclass."""
 
 
+#: seeds: torch takes a signed 64-bit integer, and offsets are added to some (eval's prompts)
+SEED_LIMIT = 2**62
+
+
+def check_seed(
+    seed: Any, name: str = "seed", error: type[Exception] = ValueError, limit: int = SEED_LIMIT
+) -> None:
+    """Refuse a seed that is not an integer in [0, `limit`) (a power of two), in one line."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < limit:
+        power = limit.bit_length() - 1
+        raise error(f"{name} must be in [0, 2**{power}), an integer; got {seed!r}")
+
+
 def _convert(value: Any, annotation: Any, where: str) -> Any:
     origin = typing.get_origin(annotation)
     args = typing.get_args(annotation)

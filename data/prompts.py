@@ -144,8 +144,15 @@ PROMPT_SETS: dict[str, Callable[[], list[Prompt]]] = {
 def question_file_prompts(path: Path) -> list[Prompt]:
     """MT-bench / Spec-Bench `question.jsonl`: the first turn of every question."""
     path = Path(path)
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise PromptSetError(
+            f"{path} is not UTF-8 text ({err.reason} at byte {err.start}); a question file is "
+            "JSON lines"
+        ) from err
     prompts = []
-    for number, line in enumerate(path.read_text().splitlines(), start=1):
+    for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         try:
@@ -153,7 +160,7 @@ def question_file_prompts(path: Path) -> list[Prompt]:
             turns = row["turns"] if "turns" in row else _user_turns(row["messages"])
             category = str(row.get("category", path.stem))
             question_id = str(row.get("question_id", number))
-        except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as err:
+        except (json.JSONDecodeError, KeyError, TypeError, AttributeError, RecursionError) as err:
             raise PromptSetError(
                 f"{path}:{number}: expected a JSON object with 'turns' (and 'category', "
                 f"'question_id') or 'messages': {err}"
@@ -177,6 +184,8 @@ def hub_prompts(spec: str) -> list[Prompt]:
     from datasets import load_dataset
 
     name, split, column = ([*spec.split(":"), "", ""])[:3]
+    if not name:
+        raise PromptSetError("hf: names no dataset; use hf:NAME[:SPLIT[:COLUMN]]")
     split, column = split or "test", column or "prompt"
     rows = load_dataset(name, split=split)
     if column not in rows.column_names:

@@ -33,6 +33,7 @@ from pathlib import Path
 
 import torch
 
+from ..architectures.config_io import check_seed
 from ..architectures.defaults import ANSWER_MAX_NEW_TOKENS, TEMPERATURE
 from ..architectures.output_folders import output_lock, write_text_atomically
 from .answer_report import AnswerReport, answer_report
@@ -59,6 +60,7 @@ class RegenerateConfig:
     sort_window: int = 8
 
     def __post_init__(self) -> None:
+        check_seed(self.seed, "seed", DataError)
         if not math.isfinite(self.temperature) or self.temperature < 0:
             raise DataError(f"temperature must be a finite number >= 0, got {self.temperature}")
         if not 0.0 < self.top_p <= 1.0:

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import torch
 
+from ..architectures.config_io import check_seed
 from ..architectures.output_folders import output_lock, write_text_atomically
 from .errors import DataError
 from .loss_mask import render_chat
@@ -51,6 +52,7 @@ class UserTurnConfig:
     system: str | None = None  # the system turn; None: the chat template's own default
 
     def __post_init__(self) -> None:
+        check_seed(self.seed, "seed", DataError)
         for name in ("count", "max_new_tokens", "batch_size", "min_words"):
             if getattr(self, name) < 1:
                 raise DataError(f"{name} must be >= 1, got {getattr(self, name)}")

@@ -96,6 +96,13 @@ def _add_tree_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _rank(value) -> int:
+    """One rank of a --tree-choices path: a JSON integer (not 1.0, 1e400 or true)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"rank {value!r} is not an integer")
+    return value
+
+
 def _tree_choices(text: str) -> tuple[tuple[int, ...], ...]:
     """--tree-choices: JSON paths of non-negative ranks, every path's parent listed."""
     import json
@@ -106,7 +113,7 @@ def _tree_choices(text: str) -> tuple[tuple[int, ...], ...]:
         paths = json.loads(text)
         if not isinstance(paths, list) or not paths:
             raise ValueError("not a list of paths")
-        return PositionTree(tuple(tuple(int(r) for r in path) for path in paths)).choices
+        return PositionTree(tuple(tuple(_rank(r) for r in path) for path in paths)).choices
     except (ValueError, TypeError, RecursionError) as err:
         raise argparse.ArgumentTypeError(
             f"not a tree of rank paths like [[0],[1],[0,0]] ({err}): {text!r}"

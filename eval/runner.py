@@ -33,7 +33,7 @@ from typing import Any
 
 import torch
 
-from ..architectures.config_io import ConfigError
+from ..architectures.config_io import ConfigError, check_seed
 from ..architectures.defaults import (
     MAX_CACHE_LENGTH,
     MAX_NEW_TOKENS,
@@ -134,8 +134,7 @@ class EvalConfig:
             raise ValueError("num_speculative_tokens must be >= 1")
         if self.max_cache_length < 1:
             raise ValueError("max_cache_length must be >= 1")
-        if not 0 <= self.seed < 2**62:  # prompt and repeat offsets are added to it
-            raise ValueError(f"seed must be in [0, 2**62), got {self.seed}")
+        check_seed(self.seed)  # prompt and repeat offsets are added to it
         if self.certificate_samples < 0 or self.certificate_prompts < 1:
             raise ValueError("certificate samples must be >= 0 and certificate prompts >= 1")
         if self.dtype not in TARGET_DTYPES:

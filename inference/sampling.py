@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..architectures.config_io import check_seed
 from ..architectures.defaults import MAX_NEW_TOKENS, TEMPERATURE
 from .errors import GenerationError
 
@@ -32,6 +33,8 @@ class SamplingParams:
     typical_alpha: float = 0.3  # Medusa's posterior_alpha (delta)
 
     def __post_init__(self) -> None:
+        if self.seed is not None:  # torch's generator takes a signed 64-bit integer
+            check_seed(self.seed, "seed", GenerationError, limit=2**63)
         if self.acceptance not in ACCEPTANCES:
             raise GenerationError(
                 f"acceptance must be one of {ACCEPTANCES}, got {self.acceptance!r}"
@@ -48,8 +51,6 @@ class SamplingParams:
             raise GenerationError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.max_new_tokens < 1:
             raise GenerationError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
-        if self.seed is not None and not 0 <= self.seed < 2**63:
-            raise GenerationError(f"seed must be in [0, 2**63), got {self.seed}")
 
     @property
     def greedy(self) -> bool:

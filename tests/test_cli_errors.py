@@ -208,6 +208,7 @@ def test_regenerate_refuses_bad_sampling_before_writing(testbed_tiny, tmp_path, 
         (["--top-p", "nan"], "top_p"),
         (["--max-new-tokens", "0"], "max_new_tokens"),
         (["--batch-size", "0"], "batch_size"),
+        (["--seed", str(10**23)], "seed must be in [0, 2**62)"),
         (["--writer", str(tmp_path / "no-writer")], "no-writer"),
     ]
     for words, needle in cases:
@@ -398,6 +399,10 @@ def test_out_of_range_options_and_malformed_zoos_and_prompt_files(tmp_path, caps
     (encoded / "index.json").write_bytes(b"\xff\xfe\x00")
     one = tmp_path / "one.jsonl"
     one.write_text('{"question_id": 1, "turns": ["hi"]}\n')
+    binary, latin1, deep = tmp_path / "b.jsonl", tmp_path / "l.jsonl", tmp_path / "d.jsonl"
+    binary.write_bytes(b"\x00\xff\xfe\x80abc\n")
+    latin1.write_bytes('{"question_id": 1, "turns": ["caf\xe9"]}\n'.encode("latin-1"))
+    deep.write_text("[" * 100_000 + "]" * 100_000 + "\n")
     lookup = ["eval", "--prompt-lookup", "--prompts", "1", "--certificate-samples", "0"]
     turns = ["user-turns", "--target", "testbed-small", "--output", str(tmp_path / "t.jsonl")]
     cases = [
@@ -422,6 +427,14 @@ def test_out_of_range_options_and_malformed_zoos_and_prompt_files(tmp_path, caps
             "1 <= min_ngram <= max_ngram",
         ),
         (["generate", "--prompt", "x", "--seed", str(10**23)], "seed must be in [0, 2**63)"),
+        ([*turns, "--seed", str(10**23)], "seed must be in [0, 2**62)"),
+        ([*lookup, "--prompt-set", str(binary)], "is not UTF-8 text"),
+        ([*lookup, "--prompt-set", str(latin1)], "is not UTF-8 text"),
+        ([*lookup, "--prompt-set", str(deep)], "maximum recursion depth"),
+        ([*lookup, "--prompt-set", "hf:"], "hf: names no dataset"),
+        (["generate", "--prompt", "x", "--tree-choices", "[[1e400]]"], "rank inf is not an"),
+        (["generate", "--prompt", "x", "--tree-choices", "[[0.5]]"], "rank 0.5 is not an"),
+        (["generate", "--prompt", "x", "--tree-choices", "[[true]]"], "rank True is not an"),
         (
             [
                 "generate",

@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..architectures.config_io import check_seed
 from .precision import PRECISIONS
 
 SCHEDULES = ("cosine", "linear", "constant")
@@ -49,6 +50,7 @@ class TrainConfig:
     project: str = "draftzoo"  # tracker project name
 
     def __post_init__(self) -> None:
+        check_seed(self.seed, "train.seed")
         if self.schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
         if self.mixed_precision not in PRECISIONS:
