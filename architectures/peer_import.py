@@ -22,7 +22,8 @@ import functools
 import hashlib
 import json
 import shutil
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -217,6 +218,20 @@ def _located(name: str) -> str:
         return target_location(name)
     except TargetError:  # a path on another machine, a target not fetched here
         return name
+
+
+@contextmanager
+def untrusted(path: Path) -> Iterator[None]:
+    """Whatever a peer folder's files make the conversion raise (they are untrusted input: a
+    `hidden_size` that is a string, zero heads, a verifier that is a number) is one line
+    naming the folder."""
+    try:
+        yield
+    except DraftzooError:
+        raise
+    except Exception as err:
+        said = " ".join(str(err).split())[:300]
+        raise PeerImportError(f"{path} does not import: {type(err).__name__}: {said}") from err
 
 
 def recognise(peer: PeerFolder, target) -> Imported:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import struct
 from dataclasses import asdict
 from pathlib import Path
 
@@ -144,7 +145,7 @@ def _load_gguf(gguf: Path, out: Path):
         loaded, info = AutoModelForCausalLM.from_pretrained(
             alone, gguf_file=gguf.name, dtype=torch.float32, output_loading_info=True
         )
-    except (ValueError, KeyError, OSError, EOFError, IndexError, RuntimeError) as err:
+    except (ValueError, KeyError, OSError, EOFError, IndexError, RuntimeError, struct.error) as err:
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise TargetError(f"{gguf} cannot be converted: {first}") from err
     finally:

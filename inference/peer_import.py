@@ -34,6 +34,7 @@ from ..architectures.peer_import import (
     recognise,
     same_model,
     source_digest,
+    untrusted,
     write_imported,
 )
 from .drafter_request import DrafterRequest
@@ -48,9 +49,11 @@ def import_drafter(source: Path, output_dir: Path, target: str | None = None) ->
     output_dir = output_path(output_dir)
     check_replaceable(output_dir, inputs=(Path(source),))
     peer = read_peer_folder(source)
-    target = chosen_target(peer, target)
+    with untrusted(peer.path):
+        target = chosen_target(peer, target)
     adapter = load_target_adapter(target)
-    imported = recognise(peer, adapter)
+    with untrusted(peer.path):
+        imported = recognise(peer, adapter)
     if imported.verifier and not same_model(imported.verifier, target):
         raise PeerImportError(
             f"{peer.path}: its config names verifier {imported.verifier!r}, not the target "
@@ -58,7 +61,8 @@ def import_drafter(source: Path, output_dir: Path, target: str | None = None) ->
         )
     tmp = scratch_dir(output_dir, "tmp")
     try:
-        write_imported(tmp, peer, imported, adapter, target)
+        with untrusted(peer.path):
+            write_imported(tmp, peer, imported, adapter, target)
         _check_loads(tmp, adapter)
         return replace_dir(tmp, output_dir, inputs=(Path(source),))
     except BaseException:
@@ -87,7 +91,8 @@ def imported_folder(source: Path, target: str | None = None) -> Path:
     """The draftzoo folder converted from peer folder `source` for `target`, made once and kept
     in the import cache (a changed source converts again)."""
     peer = read_peer_folder(source)
-    target = chosen_target(peer, target)
+    with untrusted(peer.path):
+        target = chosen_target(peer, target)
     key = hashlib.sha256(f"{source_digest(peer)}\0{target}".encode()).hexdigest()[:24]
     folder = cache_root() / CACHE_SUBDIR / key
     if (folder / RECORD_FILE).is_file():

@@ -127,8 +127,10 @@ def _bad_inputs(exports, tmp):
     sglang = exports["eagle3-testbed-small", "sglang"]
     medusa = exports["medusa1-testbed-small", "medusa"]
     embedding = load_file(speculators / "model.safetensors")["embed_tokens.weight"]
-    verifier = json.loads((speculators / "config.json").read_text())["speculators_config"]
+    fields = json.loads((speculators / "config.json").read_text())
+    verifier = json.loads(json.dumps(fields["speculators_config"]))
     verifier["verifier"]["name_or_path"] = "meta-llama/Llama-3.1-8B-Instruct"
+    layer = fields["transformer_layer_config"]
     return {
         "missing tensor": (
             _copy(sglang, tmp / "missing", drop=("norm.weight",)),
@@ -170,6 +172,35 @@ def _bad_inputs(exports, tmp):
             "embed_tokens is not the target's",
         ),
         "no target named": (_copy(sglang, tmp / "anonymous"), [], "pass --target"),
+        "hidden size a string": (
+            _copy(
+                speculators,
+                tmp / "hs",
+                config={
+                    "transformer_layer_config": {**layer, "hidden_size": str(layer["hidden_size"])}
+                },
+            ),
+            [TESTBED],
+            "expected int, got str",
+        ),
+        "zero heads": (
+            _copy(
+                speculators,
+                tmp / "heads",
+                config={"transformer_layer_config": {**layer, "num_attention_heads": 0}},
+            ),
+            [TESTBED],
+            "ZeroDivisionError",
+        ),
+        "verifier a number": (
+            _copy(
+                speculators,
+                tmp / "v5",
+                config={"speculators_config": {**fields["speculators_config"], "verifier": 5}},
+            ),
+            [],
+            "AttributeError",
+        ),
         "linked weights": (
             _linked(sglang, tmp / "linked-weights", "*.safetensors"),
             [TESTBED],

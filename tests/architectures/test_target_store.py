@@ -153,6 +153,12 @@ def test_a_truncated_or_unsupported_gguf_is_refused_in_one_line(tiny_gguf, tmp_p
     _assert_one_error_line(
         ["target", "convert", str(truncated), "--output-dir", str(out)], capsys, "truncated.gguf"
     )
+    header = tmp_path / "header.gguf"  # the magic and a cut-off version
+    header.write_bytes(b"GGUF\x03\x00\x00\x00\x01")
+    _assert_one_error_line(
+        ["target", "convert", str(header), "--output-dir", str(out)], capsys, "header.gguf"
+    )
+    header.unlink()
     unsupported = write_tiny_gguf(tmp_path / "other.gguf", architecture="no-such-arch")
     _assert_one_error_line(
         ["target", "convert", str(unsupported), "--output-dir", str(out)], capsys, "other.gguf"
