@@ -96,10 +96,11 @@ def _source_id(source: str) -> str:
     return str(path.resolve()) if path.exists() else str(source)
 
 
-def claim_output(output: Path, source: str) -> set[int]:
+def claim_output(output: Path, source: str, settings: dict | None = None) -> set[int]:
     """The rows `output` already holds (empty for a new file, whose record is written now);
     refuses, changing nothing, any output that is not this command's resumable file for
-    `source`."""
+    `source` written with the same answer `settings` (a record from before settings were kept
+    is taken as it is)."""
     record = output_record(output)
     for path in (output, record):
         if path.is_symlink() or (path.exists() and not path.is_file()):
@@ -108,7 +109,7 @@ def claim_output(output: Path, source: str) -> set[int]:
         raise DataError(f"{output} is the recipe's data source; name a new file for the answers")
     if not output.exists():
         output.parent.mkdir(parents=True, exist_ok=True)
-        claim = {"written_by": WRITTEN_BY, "source": _source_id(source)}
+        claim = {"written_by": WRITTEN_BY, "source": _source_id(source), "settings": settings}
         write_text_atomically(record, json.dumps(claim))
         return set()
     try:
@@ -126,7 +127,26 @@ def claim_output(output: Path, source: str) -> set[int]:
             f"{output} holds answers to {claimed_source}, not to {source}; name a new file or "
             "rerun with that source"
         )
+    kept = claimed.get("settings")
+    if kept is not None and settings is not None and kept != settings:
+        changed = sorted(k for k in {*kept, *settings} if kept.get(k) != settings.get(k))
+        said = ", ".join(f"{k} {kept.get(k)!r}" for k in changed)
+        raise DataError(
+            f"{output} holds answers written with {said}; resume with those settings or name a "
+            "new file (its rows would mix two settings)"
+        )
     return _done_rows(output)
+
+
+def answer_settings(config: RegenerateConfig, writer) -> dict:
+    """What decides how answers are distributed, as a resumed run must repeat it."""
+    name = getattr(getattr(writer, "config", None), "_name_or_path", None)
+    return {
+        "temperature": config.temperature,
+        "top_p": config.top_p,
+        "max_new_tokens": config.max_new_tokens,
+        "writer": str(name) if name else type(writer).__name__,
+    }
 
 
 def _done_rows(output: Path) -> set[int]:
@@ -273,7 +293,7 @@ def regenerate(
 def _regenerate(adapter, data: DataConfig, output: Path, config: RegenerateConfig, writer):
     writer = adapter.model if writer is None else writer
     fresh = not output.exists()
-    done = claim_output(output, data.source)
+    done = claim_output(output, data.source, answer_settings(config, writer))
     tokenizer = adapter.tokenizer
     tokenizer.padding_side = "left"
     if tokenizer.pad_token_id is None:

@@ -112,9 +112,10 @@ def _fold(text: str) -> str:
     return " ".join(text.lower().split())
 
 
-def _read_progress(output: Path, progress: Path) -> UserTurnReport:
+def _read_progress(output: Path, progress: Path, settings: dict) -> UserTurnReport:
     """The report of the run that wrote `output` (empty when neither exists); a file that
-    draftzoo did not write, or one that disagrees with its progress record, is refused."""
+    draftzoo did not write, one that disagrees with its progress record, or one written with
+    other `settings` (a resume would mix them; only `count` may change) is refused."""
     report = UserTurnReport()
     for path in (output, progress):
         if path.is_symlink() or (path.exists() and not path.is_file()):
@@ -128,9 +129,18 @@ def _read_progress(output: Path, progress: Path) -> UserTurnReport:
             f"{output} exists and is not a user-turn file draftzoo wrote; name a new one"
         )
     try:
-        report = UserTurnReport(**json.loads(progress.read_text())["report"])
-    except (ValueError, KeyError, TypeError) as err:
+        recorded = json.loads(progress.read_text())
+        report = UserTurnReport(**recorded["report"])
+        kept = _settings(recorded["config"], recorded["dtype"])
+    except (ValueError, KeyError, TypeError, AttributeError) as err:
         raise DataError(f"{progress} is not a progress record draftzoo wrote ({err})") from err
+    if kept != settings:
+        changed = sorted(k for k in {*kept, *settings} if kept.get(k) != settings.get(k))
+        said = ", ".join(f"{k} {kept.get(k)!r}" for k in changed)
+        raise DataError(
+            f"{output} holds turns sampled with {said}; resume with those settings or name a "
+            "new file (its rows would mix two settings)"
+        )
     good = 0
     with output.open("rb") as handle:
         for line in handle:
@@ -206,13 +216,21 @@ def synthesize_user_turns(model, tokenizer, output: Path, config: UserTurnConfig
         return _synthesize(model, tokenizer, output, config)
 
 
+def _settings(config: dict, dtype: str) -> dict:
+    """What decides which turns a run samples: every setting but `count`, and the dtype."""
+    return {**{k: v for k, v in config.items() if k != "count"}, "dtype": dtype}
+
+
 def _synthesize(model, tokenizer, output: Path, config: UserTurnConfig) -> UserTurnReport:
     progress = output.with_name(output.name + ".progress.json")
-    report = _read_progress(output, progress)
+    dtype = str(model.dtype).removeprefix("torch.")
+    report = _read_progress(output, progress, _settings(asdict(config), dtype))
     prefix = user_turn_prefix(tokenizer, config.system)
     prefix_ids = tokenizer(prefix, add_special_tokens=False, return_tensors="pt")["input_ids"]
     stop = stop_ids(model, tokenizer)
     output.parent.mkdir(parents=True, exist_ok=True)
+    if not output.exists():  # the record first: a run killed before its first rows resumes
+        _write_progress(progress, report, config, dtype)
     with output.open("a", encoding="utf-8") as handle:
         while report.kept < config.count:
             rows = []
@@ -227,7 +245,7 @@ def _synthesize(model, tokenizer, output: Path, config: UserTurnConfig) -> UserT
             os.fsync(handle.fileno())
             report.kept += len(rows)
             report.batches += 1
-            _write_progress(progress, report, config, str(model.dtype).removeprefix("torch."))
+            _write_progress(progress, report, config, dtype)
             logger.info("user turns: %s", report.summary())
     return report
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 import torch
@@ -220,7 +221,7 @@ def test_an_output_regenerate_did_not_write_is_refused_untouched(testbed_tiny, t
     damaged = "".join([lines[0][:10] + "\n", *lines[1:]])
     out.write_text(damaged)
     with pytest.raises(DataError, match=r"answers.jsonl:1: not a regenerated row"):
-        regenerate(target, DataConfig(source=str(source)), out, RegenerateConfig(batch_size=2))
+        regenerate(target, DataConfig(source=str(source)), out, replace(config, limit=None))
     assert out.read_text() == damaged  # the finished row after it is kept
 
 
@@ -283,3 +284,22 @@ def test_two_regenerations_of_one_output_cannot_interleave(testbed_tiny, tmp_pat
     from draftzoo.cli import main
 
     assert main(argv) == 0 and len(out.read_text().splitlines()) == 2
+
+
+def test_a_resume_with_other_answer_settings_is_refused(testbed_tiny, tmp_path):
+    """Rows sampled at one temperature (or cap, or by one writer) and resumed with another
+    would mix two distributions in one file."""
+    source = write_chat_jsonl(tmp_path / "chat.jsonl", 4)
+    target = load_target(TargetSpec(path=str(testbed_tiny[0])), "cpu")
+    out = tmp_path / "answers.jsonl"
+    config = RegenerateConfig(max_new_tokens=4, batch_size=2, limit=2, temperature=1.0)
+    regenerate(target, DataConfig(source=str(source)), out, config)
+    before = out.read_bytes()
+    for changed in ({"temperature": 0.5}, {"max_new_tokens": 5}):
+        with pytest.raises(DataError, match="resume with those settings"):
+            regenerate(target, DataConfig(source=str(source)), out, replace(config, **changed))
+    assert out.read_bytes() == before
+    written, _ = regenerate(
+        target, DataConfig(source=str(source)), out, replace(config, limit=4, batch_size=4)
+    )
+    assert written == 2 and len(out.read_text().splitlines()) == 4

@@ -5,6 +5,7 @@ rows for `regenerate`."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -61,7 +62,9 @@ def test_turns_are_distinct_counted_and_resume_to_the_same_file(tiny, tmp_path, 
 
     def killed(progress, report, config, dtype):
         calls.append(report.kept)
-        if len(calls) > 1 and calls[-1] > calls[-2] and calls[0] > 0:  # a batch that wrote rows
+        # a batch that wrote rows, after one that did (the first record, written before any
+        # row, counts none)
+        if len(calls) > 1 and calls[-1] > calls[-2] and max(calls[:-1]) > 0:
             raise KeyboardInterrupt
         write_progress(progress, report, config, dtype)
 
@@ -111,3 +114,27 @@ def test_the_command_samples_in_the_dtype_asked_and_records_it(tiny, tmp_path):
     assert len(out.read_text().splitlines()) == 3
     record = json.loads(out.with_name("turns.jsonl.progress.json").read_text())
     assert record["dtype"] == "bfloat16" and record["report"]["kept"] == 3
+
+
+def test_a_run_killed_before_its_first_rows_resumes_and_settings_cannot_mix(
+    tiny, tmp_path, monkeypatch, capsys
+):
+    """Killed after the output is opened and before any row: the rerun resumes (the record is
+    written first). A resume with another setting than the rows were sampled with is refused
+    in one line; raising `count` is a resume."""
+    _, model, tokenizer = tiny
+    out = tmp_path / "turns.jsonl"
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patched:
+        patched.setattr(user_turns, "_sample_batch", killed)
+        with pytest.raises(KeyboardInterrupt):
+            synthesize_user_turns(model, tokenizer, out, _config(2))
+    assert out.exists() and out.read_text() == ""
+    assert synthesize_user_turns(model, tokenizer, out, _config(2)).kept == 2
+    with pytest.raises(DataError, match="sampled with min_words 1"):
+        synthesize_user_turns(model, tokenizer, out, replace(_config(3), min_words=2))
+    assert synthesize_user_turns(model, tokenizer, out, _config(3)).kept == 3
+    assert len(out.read_text().splitlines()) == 3
