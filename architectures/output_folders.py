@@ -1,11 +1,13 @@
-"""The one rule for folders draftzoo writes whole (drafters, exports, zoo entries).
+"""The one rule for what draftzoo writes: folders written whole (drafters, exports, zoo
+entries), single files (`fresh_file`, `fresh_path`) and files appended to (`output_lock`).
 
 draftzoo writes and deletes only inside the folder the user named and in scratch folders it
 creates itself beside it; it replaces an existing output folder only when the folder's content
 says draftzoo wrote it (a drafter's `draftzoo.json`, an export's marked `config.json`, or
 nothing at all), never when it is a symbolic link, an input of the same command (the drafter
-being exported, the heads a run starts from, the target, or a folder holding one) or a folder
-a zoo index lists.
+being exported, the heads a run starts from, the target, or a folder holding one), a folder
+a zoo index lists, or the working directory (or one holding it); what it moves in gets the
+permissions the umask gives. Every single file goes through a fresh temporary name.
 
 Scratch folders have fresh names (`.<name>.tmp-XXXXXXXX`, `.<name>.old-XXXXXXXX`, made by
 `tempfile.mkdtemp`), so no folder of the user's is ever taken for one: a user's `OUT.tmp` or
