@@ -76,8 +76,10 @@ def _whole_head(module) -> tuple[torch.nn.Module, torch.Tensor] | None:
     """The EAGLE-3 head's norm and weight for `head_soft_ce`, where the weight is whole on
     this rank (not partitioned by ZeRO-3 or FSDP, whose gathers happen in module calls)."""
     weight = module.lm_head.weight
-    if weight.shape != (module.draft_vocab_size, module.fields["hidden_size"]):
+    if type(weight.data) is not torch.Tensor:  # an FSDP2 DTensor: sharded
         return None
+    if weight.shape != (module.draft_vocab_size, module.fields["hidden_size"]):
+        return None  # a ZeRO-3 partition
     return module.norm, weight
 
 
