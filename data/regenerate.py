@@ -62,7 +62,7 @@ class RegenerateConfig:
     def __post_init__(self) -> None:
         check_seed(self.seed, "seed", DataError)
         if not math.isfinite(self.temperature) or self.temperature < 0:
-            raise DataError(f"temperature must be a finite number >= 0, got {self.temperature}")
+            raise DataError(f"temperature must be >= 0 and finite, got {self.temperature}")
         if not 0.0 < self.top_p <= 1.0:
             raise DataError(f"top_p must be in (0, 1], got {self.top_p}")
         for name in ("max_new_tokens", "batch_size", "sort_window"):

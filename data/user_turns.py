@@ -58,7 +58,7 @@ class UserTurnConfig:
                 raise DataError(f"{name} must be >= 1, got {getattr(self, name)}")
         if not math.isfinite(self.temperature) or self.temperature <= 0:
             raise DataError(
-                f"user turns are sampled: temperature must be a finite number > 0, got "
+                f"user turns are sampled: temperature must be > 0 and finite, got "
                 f"{self.temperature}"
             )
         if self.min_words > self.max_new_tokens:  # every word takes at least one token

@@ -43,7 +43,7 @@ class SamplingParams:
             raise GenerationError("typical_threshold must be in (0, 1), typical_alpha in (0, 1]")
         if not math.isfinite(self.temperature) or self.temperature < 0:
             raise GenerationError(
-                f"temperature must be a finite number >= 0, got {self.temperature}"
+                f"temperature must be >= 0 and finite, got {self.temperature}"
             )
         if self.top_k < 0:
             raise GenerationError(f"top_k must be >= 0, got {self.top_k}")
