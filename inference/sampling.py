@@ -42,9 +42,7 @@ class SamplingParams:
         if not 0 < self.typical_threshold < 1 or not 0 < self.typical_alpha <= 1:
             raise GenerationError("typical_threshold must be in (0, 1), typical_alpha in (0, 1]")
         if not math.isfinite(self.temperature) or self.temperature < 0:
-            raise GenerationError(
-                f"temperature must be >= 0 and finite, got {self.temperature}"
-            )
+            raise GenerationError(f"temperature must be >= 0 and finite, got {self.temperature}")
         if self.top_k < 0:
             raise GenerationError(f"top_k must be >= 0, got {self.top_k}")
         if not 0.0 < self.top_p <= 1.0:
