@@ -220,6 +220,16 @@ class Export:
 MAX_SPECULATIVE_TOKENS = 64
 
 
+def _check_speculative_tokens(speculative_tokens) -> None:
+    """The proposal length an export records: an integer in 1..MAX_SPECULATIVE_TOKENS."""
+    if isinstance(speculative_tokens, bool) or not isinstance(speculative_tokens, int):
+        raise ExportError(f"speculative_tokens must be an integer, got {speculative_tokens!r}")
+    if not 1 <= speculative_tokens <= MAX_SPECULATIVE_TOKENS:
+        raise ExportError(
+            f"speculative_tokens must be in 1..{MAX_SPECULATIVE_TOKENS}, got {speculative_tokens}"
+        )
+
+
 def export_drafter(
     path: Path,
     output_dir: Path,
@@ -240,12 +250,7 @@ def export_drafter(
     """
     from .families import family_spec
 
-    if isinstance(speculative_tokens, bool) or not isinstance(speculative_tokens, int):
-        raise ExportError(f"speculative_tokens must be an integer, got {speculative_tokens!r}")
-    if not 1 <= speculative_tokens <= MAX_SPECULATIVE_TOKENS:
-        raise ExportError(
-            f"speculative_tokens must be in 1..{MAX_SPECULATIVE_TOKENS}, got {speculative_tokens}"
-        )
+    _check_speculative_tokens(speculative_tokens)
     path, output_dir = Path(path), output_path(output_dir)
     check_replaceable(output_dir, inputs=(path,))  # before any work
     record = read_drafter_record(path)

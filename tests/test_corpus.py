@@ -88,5 +88,5 @@ def test_prompt_sets():
     assert len(heldout) == 20
     held_modules = {f.module for f in list_sources(CorpusSpec(packages=())) if f.split == "heldout"}
     assert all(p.prompt_id.split(":")[0] in held_modules for p in heldout)
-    with pytest.raises(PromptSetError, match="known: humaneval, stdlib-heldout"):
-        load_prompt_set("mt-bench")
+    with pytest.raises(PromptSetError, match="known: humaneval, mt-bench, sharegpt-heldout"):
+        load_prompt_set("no-such-set")
