@@ -73,6 +73,7 @@ class SuffixCacheFile(SuffixCache):
         super().__init__(depth, max_tokens)
         self.path = Path(path)
         self.tokenizer = _tokenizer_id(tokenizer)
+        self.vocab_size = len(tokenizer)
         check_cache_path(self.path)
         if self.path.exists():
             for output in self._read():
@@ -89,7 +90,13 @@ class SuffixCacheFile(SuffixCache):
                 f"suffix cache {self.path} matches {data.get('depth')} tokens deep, these "
                 f"settings {self.trie.depth}; name a new file or the same depth"
             )
-        return data["outputs"]
+        outputs = data["outputs"]
+        if any(not 0 <= token < self.vocab_size for output in outputs for token in output):
+            raise SuffixCacheFileError(
+                f"suffix cache {self.path} holds token ids outside the tokenizer's "
+                f"{self.vocab_size}; name a new file"
+            )
+        return outputs
 
     def add(self, output) -> None:
         super().add(output)

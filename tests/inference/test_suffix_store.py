@@ -77,6 +77,13 @@ def test_paths_it_cannot_use_are_refused_and_left_alone(target_and_tokenizer, tm
     SuffixCacheFile(other, 8, 100, tokenizer).add([1, 2, 3])
     with pytest.raises(SuffixCacheFileError, match="matches 8 tokens deep"):
         SuffixCacheFile(other, 32, 100, tokenizer)
+    for token in (len(tokenizer), -1):  # ids the target cannot embed: refused, file kept
+        data = json.loads(other.read_text())
+        data["outputs"] = [[1, token]]
+        other.write_text(json.dumps(data))
+        with pytest.raises(SuffixCacheFileError, match="token ids outside the tokenizer's"):
+            SuffixCacheFile(other, 8, 100, tokenizer)
+        assert json.loads(other.read_text())["outputs"] == [[1, token]]
     from draftzoo.cli import main
 
     code = main(["generate", "--suffix", "--suffix-cache", str(mine), "--prompt", "x"])
