@@ -10,10 +10,10 @@
         --heldout-from runs/smollm2-data/train.jsonl --prompts 8 --threads 2
 
 `--lookup` and `--suffix` add prompt lookup and suffix decoding (chains of --gamma);
-`--hybrid` serves a drafter's chain with suffix decoding's branches under the default hybrid
-rule (weighing paces; `--hybrid-time-widths` adds a row with `HybridSettings(time_widths=
-True)`). Several `--prompt-set`s are taken in turn, `--prompts` of each (the first set's first
-prompt is the warm-up), past prompts overlapping `--heldout-from`. `--eagle1` / `--eagle3` /
+`--hybrid` serves a drafter's chain beside prompt lookup and suffix decoding under the default
+hybrid rule (weighing paces; bench/hybrid_vs_parts.py compares it with its parts per
+category). Several `--prompt-set`s are taken in turn, `--prompts` of each (the first set's
+first prompt is the warm-up), past prompts overlapping `--heldout-from`. `--eagle1` / `--eagle3` /
 `--mtp` / `--medusa` / `--hybrid` may be given several times (rows then carry the
 folder's name), so drafters trained differently are compared in one process against one
 target-only baseline. A Medusa drafter gives a chain and its calibrated tree; a Medusa-2 drafter
@@ -88,18 +88,14 @@ def build_methods(args, target, tokenizer) -> dict[str, SpeculativeGenerator]:
                 methods[f"{label} tree"] = SpeculativeGenerator(
                     target, tokenizer, trees, args.tree_depth, **static
                 )
-    rules = {"hybrid": HybridSettings()}
-    if args.hybrid_time_widths:
-        rules["hybrid, widths timed"] = HybridSettings(time_widths=True)
     for folder in args.hybrid:
-        for rule, settings in rules.items():
-            label = rule if len(args.hybrid) == 1 else f"{rule} {Path(folder).name}"
-            runtime = load_drafter(
-                Path(folder), target, tokenizer, "hybrid", args.gamma, hybrid=settings
-            )
-            methods[label] = SpeculativeGenerator(
-                target, tokenizer, runtime.make_proposer(), args.gamma, **static
-            )
+        label = "hybrid" if len(args.hybrid) == 1 else f"hybrid {Path(folder).name}"
+        runtime = load_drafter(
+            Path(folder), target, tokenizer, "hybrid", args.gamma, hybrid=HybridSettings()
+        )
+        methods[label] = SpeculativeGenerator(
+            target, tokenizer, runtime.make_proposer(), args.gamma, **static
+        )
     if args.lookup:
         proposer = prompt_lookup_runtime(args.gamma).make_proposer()
         methods["prompt lookup"] = SpeculativeGenerator(
@@ -183,12 +179,7 @@ def _parse_args() -> argparse.Namespace:
         "--hybrid",
         action="append",
         default=[],
-        help="a drafter folder served as a hybrid: its chain with suffix decoding's branches",
-    )
-    parser.add_argument(
-        "--hybrid-time-widths",
-        action="store_true",
-        help="with --hybrid: also the rule timing suffix rounds per width (time_widths)",
+        help="a drafter folder served as a hybrid: its chain beside the model-free proposals",
     )
     parser.add_argument("--lookup", action="store_true", help="add prompt lookup (chain)")
     parser.add_argument("--suffix", action="store_true", help="add suffix decoding (chain)")

@@ -307,13 +307,19 @@ def _hybrid_sentence(rule: dict[str, Any] | None) -> str:
     if rule is None:
         return ""
     weighs = (
-        "its suffix branches' scores and the measured pace of its rounds against plain steps"
+        "the measured tokens per second of each kind of round (what each candidate would have "
+        "had accepted is measured every round)"
         if rule.get("pace")
-        else "its suffix branches' scores alone"
+        else "measured accepted tokens alone (no clock)"
+    )
+    copies = (
+        "prompt lookup's copy or suffix decoding's branches"
+        if rule.get("lookup", True)
+        else ("suffix decoding's branches")
     )
     return (
-        " Each round verifies suffix decoding's branches alone, the drafter's proposal with "
-        f"them merged in, the drafter's alone or nothing (a plain step), by {weighs} "
+        f" Each round verifies {copies} alone, the drafter's proposal with them merged in, "
+        f"the drafter's alone or nothing (a plain step), by {weighs} "
         f"(`serving.hybrid_rule` in report.json; docs/runtime.md)."
     )
 

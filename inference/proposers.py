@@ -58,6 +58,27 @@ class Proposer(Protocol):
         across requests keep what they need)."""
 
 
+#: prompt lookup's n-gram lengths (transformers' and vLLM's defaults)
+MIN_NGRAM, MAX_NGRAM = 1, 3
+
+
+def lookup_match(
+    context: list[int], max_tokens: int, min_ngram: int = MIN_NGRAM, max_ngram: int = MAX_NGRAM
+) -> tuple[int, list[int]]:
+    """(n, the up to `max_tokens` tokens that followed the most recent earlier occurrence of the
+    context's last n tokens), for the longest n in max_ngram..min_ngram that has one; (0, [])
+    when none does."""
+    length = len(context)
+    for n in range(min(max_ngram, length - 1), min_ngram - 1, -1):
+        suffix = context[length - n :]
+        for start in range(length - n - 1, -1, -1):
+            if context[start : start + n] == suffix:
+                follow = context[start + n : start + n + max_tokens]
+                if follow:
+                    return n, follow
+    return 0, []
+
+
 class PromptLookupProposer(Proposer):
     """n-gram lookup in the context (no model): copy what followed the last match.
 
@@ -66,7 +87,7 @@ class PromptLookupProposer(Proposer):
     proposer do.
     """
 
-    def __init__(self, min_ngram: int = 1, max_ngram: int = 3) -> None:
+    def __init__(self, min_ngram: int = MIN_NGRAM, max_ngram: int = MAX_NGRAM) -> None:
         if not 1 <= min_ngram <= max_ngram:
             raise ProposerError(
                 f"prompt lookup needs 1 <= min_ngram <= max_ngram, got {min_ngram}, {max_ngram}"
@@ -74,15 +95,8 @@ class PromptLookupProposer(Proposer):
         self.min_ngram, self.max_ngram = min_ngram, max_ngram
 
     def propose(self, context, max_tokens, params, generator) -> Proposal:
-        length = len(context)
-        for n in range(min(self.max_ngram, length - 1), self.min_ngram - 1, -1):
-            suffix = context[length - n :]
-            for start in range(length - n - 1, -1, -1):
-                if context[start : start + n] == suffix:
-                    follow = context[start + n : start + n + max_tokens]
-                    if follow:
-                        return Proposal.chain(follow)
-        return Proposal.chain([])
+        _, follow = lookup_match(context, max_tokens, self.min_ngram, self.max_ngram)
+        return Proposal.chain(follow)
 
 
 def vocabularies_match(draft_tokenizer, target_tokenizer) -> bool:
