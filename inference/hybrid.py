@@ -85,7 +85,7 @@ def merge(proposal: Proposal, found: Candidate) -> tuple[Proposal, list[bool]]:
     for index, (token, parent) in enumerate(zip(tokens, parents, strict=True)):
         children.setdefault((parent, token), index)
     placed: list[int] = []  # candidate node -> merged index
-    for token, parent in zip(found.tokens, found.parents, strict=True):
+    for token, parent in zip(found.tree.tokens, found.tree.parents, strict=True):
         at = placed[parent] if parent >= 0 else -1
         index = children.get((at, token))
         if index is None:
@@ -146,16 +146,12 @@ class HybridProposer(Proposer):
         if self.settings.lookup:
             n, follow = lookup_match(context, max_tokens)
             if follow:
-                parents = list(range(-1, len(follow) - 1))
-                found.append(Candidate("lookup", follow, parents, min(n, MAX_BUCKET)))
+                found.append(Candidate("lookup", Proposal.chain(follow), min(n, MAX_BUCKET)))
         speculation = self.suffix.speculation(context, max_tokens)
         if speculation is not None:
             bucket = min(int(2 * speculation.score), MAX_BUCKET)
-            found.append(
-                Candidate(
-                    "suffix", speculation.tokens, speculation.parents, bucket, speculation.score
-                )
-            )
+            tree = Proposal(speculation.tokens, speculation.parents)
+            found.append(Candidate("suffix", tree, bucket, speculation.score))
         return found
 
     def _measure(self, context: list[int], now: float) -> None:
@@ -181,7 +177,7 @@ class HybridProposer(Proposer):
             if last.candidates:
                 if last.drafted is not None:  # read now, before the drafter's buffers move on
                     last.drafted = Proposal(list(last.drafted.tokens), last.drafted.parents)
-                trees = [c.proposal() for c in last.candidates] + [last.drafted]
+                trees = [c.tree for c in last.candidates] + [last.drafted]
                 last.depth = max(max(t.depths, default=0) for t in trees if t is not None)
                 self._pending.append(last)
         waiting = []
@@ -200,7 +196,7 @@ class HybridProposer(Proposer):
         if round_.drafted is not None:
             mine = len(accepted_nodes(round_.drafted, future))
         for candidate in round_.candidates:
-            walked = len(accepted_nodes(candidate.proposal(), future))
+            walked = len(accepted_nodes(candidate.tree, future))
             calibration.yields.setdefault(candidate.key, Mean()).add(walked, decay)
             if mine is not None:
                 gain = max(walked, mine) - mine
@@ -240,7 +236,7 @@ class HybridProposer(Proposer):
             proposal = Proposal.chain([])
         else:
             assert choice.candidate is not None
-            proposal, from_drafter = choice.candidate.proposal(), []
+            proposal, from_drafter = choice.candidate.tree, []
         self._last = _Round(
             len(context), calibration, choice, proposal, from_drafter, candidates, drafted, now
         )

@@ -95,17 +95,13 @@ class Candidate:
     """A model-free proposal offered this round."""
 
     source: str  # "lookup" or "suffix"
-    tokens: list[int]
-    parents: list[int]
+    tree: Proposal  # deterministic nodes (one-hot q)
     bucket: int  # see MAX_BUCKET
     prior: float = 0.0  # its expected yield until its kind is measured (suffix: its score)
 
     @property
     def key(self) -> tuple[str, int]:
         return self.source, self.bucket
-
-    def proposal(self) -> Proposal:
-        return Proposal(self.tokens, self.parents)
 
 
 def accepted_nodes(proposal: Proposal, committed: list[int]) -> list[int]:
@@ -209,14 +205,14 @@ def _rates(
     options = [(1.0 / calibration.round_seconds(False, 0), Choice("none"))]
     for candidate in candidates:
         delivered = 1 + calibration.expected(calibration.yields, candidate.key, candidate.prior)
-        seconds = calibration.round_seconds(False, len(candidate.tokens))
+        seconds = calibration.round_seconds(False, len(candidate.tree))
         options.append((delivered / seconds, Choice(candidate.source, candidate)))
     width = calibration.drafter_width
     options.append(((1 + drafter) / calibration.round_seconds(True, width), Choice("drafter")))
     for candidate in candidates:
         gain = calibration.expected(calibration.gains, candidate.key)
         if gain > 0:
-            seconds = calibration.round_seconds(True, width + len(candidate.tokens))
+            seconds = calibration.round_seconds(True, width + len(candidate.tree))
             options.append(((1 + drafter + gain) / seconds, Choice("both", candidate)))
     return options
 

@@ -31,7 +31,7 @@ from tests.inference.test_lossless_sampling import (
 def test_merge_follows_shared_prefixes_and_appends_one_hot_branches():
     q = torch.softmax(torch.randn(3, 6), -1)
     drafter = Proposal([2, 3, 4], [-1, 0, -1], q)  # 2 -> 3, and 4
-    found = Candidate("suffix", [2, 5, 1], [-1, 0, 1], 3)  # 2 -> 5 -> 1
+    found = Candidate("suffix", Proposal([2, 5, 1], [-1, 0, 1]), 3)  # 2 -> 5 -> 1
     merged, mine = merge(drafter, found)
     assert merged.tokens == [2, 3, 4, 5, 1] and merged.parents == [-1, 0, -1, 0, 3]
     assert mine == [True, True, True, False, False]
@@ -40,7 +40,7 @@ def test_merge_follows_shared_prefixes_and_appends_one_hot_branches():
     assert merged.draft_probs[4].argmax() == 1 and merged.draft_probs[4].sum() == 1
     assert accepted_nodes(merged, [2, 5, 1, 0]) == [0, 3, 4]
     # a suffix branch the drafter already proposed adds no node (sampling: no one-hot row)
-    merged, mine = merge(drafter, Candidate("lookup", [2, 3], [-1, 0], 2))
+    merged, mine = merge(drafter, Candidate("lookup", Proposal.chain([2, 3]), 2))
     assert merged.tokens == [2, 3, 4] and mine == [True] * 3
     assert torch.equal(merged.draft_probs, q)
 
@@ -90,7 +90,7 @@ def _measured(**fields) -> Calibration:
 
 
 def _lookup(bucket: int = 2, width: int = 4) -> Candidate:
-    return Candidate("lookup", list(range(width)), list(range(-1, width - 1)), bucket)
+    return Candidate("lookup", Proposal.chain(list(range(width))), bucket)
 
 
 def test_the_rule_takes_the_most_tokens_per_second_and_probes_what_it_does_not_choose():
