@@ -50,7 +50,7 @@ FAMILY_SPECS = (
             "tests/train/test_dflash.py",
             "tests/inference/test_dflash_runtime.py",
         ),
-        drafts_trees=True,
+        tree_kind="draftzoo.inference.position_tree:PositionTree",
     ),
 )
 

@@ -38,7 +38,7 @@ _EAGLE = {
     "recipe": "draftzoo.train.eagle:EagleRecipe",
     "runtime": "draftzoo.inference.eagle:load_runtime",
     "recipes_dir": "",
-    "drafts_trees": True,
+    "tree_kind": "draftzoo.inference.tree:TreeSettings",
     "teacher_forced": True,
 }
 FAMILY_SPECS = (

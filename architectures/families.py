@@ -8,7 +8,7 @@ serve it.
 
     from draftzoo.architectures.families import family_spec
     spec = family_spec("eagle3")      # an unknown name is an error listing the known ones
-    spec.drafts_trees, spec.export_formats
+    spec.tree_class(), spec.export_formats
 
 Adding a family: its files, a `FAMILY_SPECS` tuple in its architecture module, and one line in
 `FAMILY_MODULES` (docs/adding-a-family.md). Code outside the package may `register` a spec.
@@ -56,7 +56,9 @@ class FamilySpec:
     exporters: Mapping[str, str] = field(default_factory=dict)  # format -> "module:function"
     recipes_dir: str = ""  # its recipes' folder under recipes/ (default: the name)
     tests: tuple[str, ...] = ()  # the test files that cover it
-    drafts_trees: bool = False  # its proposer drafts verification trees, not only chains
+    #: "module:Class" of the tree kind its proposer drafts besides chains (a `TreeKind`,
+    #: inference/proposal_settings.py); "" for a family that drafts chains only
+    tree_kind: str = ""
     adapts_target: bool = False  # its checkpoint changes the target (an adapter merged in)
     teacher_forced: bool = False  # `eval --teacher-forced` estimates its chain acceptance
     export_embedding: bool = False  # its exports may carry the target's input embedding
@@ -73,7 +75,8 @@ class FamilySpec:
         if not self.name.isidentifier():
             raise ValueError(f"a family name is an identifier, got {self.name!r}")
         refs = (self.recipe, self.runtime, *self.exporters.values(), *self.importers.values())
-        for ref in refs + ((self.card_notes,) if self.card_notes else ()):
+        optional = tuple(ref for ref in (self.card_notes, self.tree_kind) if ref)
+        for ref in refs + optional:
             if ref.count(":") != 1:
                 raise ValueError(f"family {self.name}: {ref!r} is not 'module:attribute'")
         object.__setattr__(self, "exporters", MappingProxyType(dict(self.exporters)))
@@ -84,6 +87,15 @@ class FamilySpec:
     def export_formats(self) -> tuple[str, ...]:
         """The engine layouts it exports to."""
         return tuple(self.exporters)
+
+    @property
+    def drafts_trees(self) -> bool:
+        """Its proposer drafts verification trees, not only chains."""
+        return bool(self.tree_kind)
+
+    def tree_class(self) -> type | None:
+        """The tree kind it drafts, None for chains only."""
+        return resolve(self.tree_kind) if self.tree_kind else None
 
     def recipe_class(self) -> type:
         """Its typed recipe class."""

@@ -33,7 +33,7 @@ _MEDUSA = {
         "vllm": "draftzoo.architectures.medusa_export:export_vllm",
         "medusa": "draftzoo.architectures.medusa_export:export_reference",
     },
-    "drafts_trees": True,
+    "tree_kind": "draftzoo.inference.position_tree:PositionTree",
 }
 FAMILY_SPECS = (
     FamilySpec(

@@ -25,7 +25,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from draftzoo.data.prompts import humaneval_prompts
 from draftzoo.inference.batch import BatchGenerator
 from draftzoo.inference.cache_settings import CacheSettings
-from draftzoo.inference.proposers import DraftModelProposer, PromptLookupProposer
+from draftzoo.inference.prompt_lookup import PromptLookupProposer
+from draftzoo.inference.proposers import DraftModelProposer
 from draftzoo.inference.sampling import SamplingParams
 from draftzoo.train.testbed import committed_testbed_dir
 

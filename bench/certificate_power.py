@@ -21,6 +21,7 @@ from draftzoo.eval.certificate import CertificateConfig, accept_every_draft, cer
 from draftzoo.eval.runner import EvalConfig, load_prompts
 from draftzoo.inference import round as runtime_round
 from draftzoo.inference.load import load_drafter, load_target, resolve_drafter
+from draftzoo.inference.proposal_settings import OWN_TREE, ProposalSettings
 
 
 def main() -> None:
@@ -34,11 +35,9 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     folder, _ = resolve_drafter(args.drafter)
     target, tokenizer = load_target("testbed-small")
-    proposal = "tree" if args.tree else "chain"
+    proposal = ProposalSettings(tree=OWN_TREE if args.tree else None)
     config = EvalConfig(prompt_sets=("humaneval", "stdlib-heldout"), max_prompts=12)
-    runtime = load_drafter(
-        folder, target, tokenizer, proposal, 4, config.tree if args.tree else None
-    )
+    runtime = load_drafter(folder, target, tokenizer, proposal)
     texts = [p.render(tokenizer, True) for p in load_prompts(config)[1:]]
     settings = CertificateConfig(samples=args.samples)
     exact_accept = runtime_round.accept

@@ -15,6 +15,7 @@ from pathlib import Path
 import draftzoo
 from draftzoo.data.prompts import load_prompt_set
 from draftzoo.inference.generate import SpeculativeGenerator
+from draftzoo.inference.proposal_settings import ProposalSettings
 from draftzoo.inference.sampling import SamplingParams
 
 
@@ -57,7 +58,7 @@ def main() -> None:
         gamma = args.gamma if block is None else min(args.gamma, block - 1)
         # the first drafter's target serves them all (a drafter for another one is refused)
         generator = draftzoo.load(
-            folder, target, tokenizer, proposal="chain", num_speculative_tokens=gamma
+            folder, target, tokenizer, proposal=ProposalSettings(num_speculative_tokens=gamma)
         )
         if reference is None:
             target, tokenizer = generator.target, generator.tokenizer

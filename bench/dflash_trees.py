@@ -30,6 +30,7 @@ from draftzoo.data.prompts import humaneval_prompts
 from draftzoo.eval.runner import EvalConfig, evaluate
 from draftzoo.inference.load import load_drafter, load_target, recorded_target
 from draftzoo.inference.position_tree import PositionTree
+from draftzoo.inference.proposal_settings import ProposalSettings
 
 CALIBRATION = slice(13, 41)  # HumanEval prompts the evaluation (first 13) does not read
 RANKS = 10
@@ -87,15 +88,7 @@ def _slot_ranks(drafter, seq, states, anchors: list[int]) -> torch.Tensor:
 
 
 def measure(folder: Path, model, tokenizer, name: str, config: EvalConfig) -> dict:
-    runtime = load_drafter(
-        folder,
-        model,
-        tokenizer,
-        config.proposal,
-        config.num_speculative_tokens,
-        config.tree,
-        config.cache,
-    )
+    runtime = load_drafter(folder, model, tokenizer, config.proposal, config.cache)
     return evaluate(model, tokenizer, runtime, config, name, show_progress=False)
 
 
@@ -126,17 +119,18 @@ def main() -> None:
         print(f"  {slot}: " + " ".join(f"{a:.3f}" for a in row[:4]))
     longest = drafter.block_size - 1
     setups: dict[str, EvalConfig] = {
-        f"chain of {n}": replace(CARD, num_speculative_tokens=n) for n in sorted({3, longest})
+        f"chain of {n}": replace(CARD, proposal=ProposalSettings(num_speculative_tokens=n))
+        for n in sorted({3, longest})
     }
     trees = {"default tree (16)": PositionTree.default(longest)}
     trees.update({f"calibrated {n}": PositionTree.calibrated(accuracy, n) for n in NODES})
     for label, tree in trees.items():
-        setups[label] = replace(CARD, proposal="tree", tree_choices=tree.choices)
+        setups[label] = replace(CARD, proposal=replace(CARD.proposal, tree=tree))
     for label, config in setups.items():
         report = measure(args.drafter, model, tokenizer, target_name, config)
         expected = ""
-        if config.tree_choices:
-            estimate = PositionTree(config.tree_choices).estimated_acceptance(accuracy)
+        if config.proposal.drafts_tree:
+            estimate = config.proposal.tree.estimated_acceptance(accuracy)
             expected = f" (expected T=0 tau {estimate:.2f})"
         line = "; ".join(_result(r) for r in report["results"])
         timing = "reliable" if report["timing"]["reliable"] else "UNRELIABLE timing"

@@ -53,10 +53,13 @@ from draftzoo.inference.cache_settings import CacheSettings
 from draftzoo.inference.eagle import EagleProposer, TreeSettings
 from draftzoo.inference.generate import SpeculativeGenerator
 from draftzoo.inference.hybrid import HybridSettings
-from draftzoo.inference.load import load_drafter, prompt_lookup_runtime, suffix_runtime
+from draftzoo.inference.load import load_drafter
 from draftzoo.inference.mtp import MtpProposer
+from draftzoo.inference.prompt_lookup import prompt_lookup_runtime
+from draftzoo.inference.proposal_settings import ProposalSettings
 from draftzoo.inference.proposers import DraftModelProposer
 from draftzoo.inference.sampling import SamplingParams
+from draftzoo.inference.suffix_decoding import suffix_runtime
 from draftzoo.train.testbed import committed_testbed_dir
 
 
@@ -90,19 +93,18 @@ def build_methods(args, target, tokenizer) -> dict[str, SpeculativeGenerator]:
                 )
     for folder in args.hybrid:
         label = "hybrid" if len(args.hybrid) == 1 else f"hybrid {Path(folder).name}"
-        runtime = load_drafter(
-            Path(folder), target, tokenizer, "hybrid", args.gamma, hybrid=HybridSettings()
-        )
+        hybrid = ProposalSettings(num_speculative_tokens=args.gamma, hybrid=HybridSettings())
+        runtime = load_drafter(Path(folder), target, tokenizer, hybrid)
         methods[label] = SpeculativeGenerator(
             target, tokenizer, runtime.make_proposer(), args.gamma, **static
         )
     if args.lookup:
-        proposer = prompt_lookup_runtime(args.gamma).make_proposer()
+        proposer = prompt_lookup_runtime(None, ProposalSettings(args.gamma)).make_proposer()
         methods["prompt lookup"] = SpeculativeGenerator(
             target, tokenizer, proposer, args.gamma, **static
         )
     if args.suffix:
-        proposer = suffix_runtime(args.gamma).make_proposer()
+        proposer = suffix_runtime(None, ProposalSettings(args.gamma)).make_proposer()
         methods["suffix chain"] = SpeculativeGenerator(
             target, tokenizer, proposer, args.gamma, **static
         )

@@ -55,6 +55,7 @@ import torch
 
 from draftzoo.architectures.defaults import recipes_dir
 from draftzoo.architectures.drafter_io import checkpoint_hash, read_drafter_record
+from draftzoo.inference.proposal_settings import CHAIN, HYBRID, TREE
 from draftzoo.train.registry import load_recipe
 
 ZOO = recipes_dir() / "zoo"
@@ -277,16 +278,16 @@ def eval_config(proposal: str, chain: int = 4, certificate: bool = True, family:
     """The leaderboard's measurement: the zoo cards' prompts, batch 1, one repeat (without the
     certificate when `certificate` is False: `--phase certify` adds it later)."""
     from draftzoo.eval.runner import EvalConfig
+    from draftzoo.inference.proposal_settings import from_config
 
+    tree = dict(PROFILE.eagle_settings if family in ("eagle1", "eagle3") else ())
     config = EvalConfig(
         prompt_sets=PROFILE.prompt_sets,
         heldout_from=PROFILE.heldout_from,
         max_prompts=PROFILE.max_prompts,
         max_new_tokens=128,
         temperatures=(0.0, 1.0),
-        proposal=proposal,
-        num_speculative_tokens=chain,
-        **dict(PROFILE.eagle_settings if family in ("eagle1", "eagle3") else ()),
+        proposal=from_config({"proposal": proposal, "num_speculative_tokens": chain, **tree}),
     )
     return config if certificate else replace(config, certificate_samples=0)
 
@@ -311,33 +312,28 @@ def rows_of(work: Path, families: list[str]) -> list[Row]:
         if drafter is None:
             print(f"[eval] {family}: {source}; skipped", flush=True)
             continue
-        proposals = ("chain", "tree") if family in TREES else ("chain",)
-        for proposal in proposals + (("hybrid",) if family in PROFILE.hybrid else ()):
+        proposals = (CHAIN, TREE) if family in TREES else (CHAIN,)
+        for proposal in proposals + ((HYBRID,) if family in PROFILE.hybrid else ()):
             chain = CHAIN_LENGTH.get(family, 4)
             rows.append(Row(f"{family}-{proposal}", proposal, chain, drafter, family))
-    rows.append(Row("prompt-lookup-chain", "chain"))
-    rows += [Row("suffix-chain", "chain"), Row("suffix-tree", "tree")]
+    rows.append(Row("prompt-lookup-chain", CHAIN))
+    rows += [Row("suffix-chain", CHAIN), Row("suffix-tree", TREE)]
     return rows
 
 
 def load_row(row: Row, config):
     """A fresh target (Medusa-2 adapts it), its tokenizer and the row's runtime."""
-    from draftzoo.inference.load import (
-        load_drafter,
-        load_target,
-        prompt_lookup_runtime,
-        suffix_runtime,
-    )
-    from draftzoo.inference.suffix import SuffixSettings
+    from draftzoo.inference.load import load_drafter, load_target
+    from draftzoo.inference.prompt_lookup import prompt_lookup_runtime
+    from draftzoo.inference.suffix_decoding import suffix_runtime
 
     target, tokenizer = load_target(PROFILE.target, config.torch_dtype)
-    n = config.num_speculative_tokens
     if row.drafter is not None:
-        runtime = load_drafter(row.drafter, target, tokenizer, row.proposal, n, config.tree)
+        runtime = load_drafter(row.drafter, target, tokenizer, config.proposal)
     elif row.name.startswith("prompt-lookup"):
-        runtime = prompt_lookup_runtime(n)
+        runtime = prompt_lookup_runtime(None, config.proposal)
     else:
-        runtime = suffix_runtime(n, SuffixSettings(tree=row.proposal == "tree"))
+        runtime = suffix_runtime(None, config.proposal)
     return target, tokenizer, runtime
 
 
@@ -388,7 +384,7 @@ def certify(work: Path, families: list[str]) -> None:
             sys.exit(f"families: {path} measured another checkpoint than {row.drafter}")
         prompts = load_prompts(config)[1:]
         report["certificate"] = certificate_of(target, tokenizer, runtime, config, prompts)
-        report["config"] = asdict(config)
+        report["config"] = config.record()
         write_report(report, path.parent)
         print(f"[certify] {row.name}: {describe(report['certificate'])}", flush=True)
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import time
 from collections import Counter, defaultdict
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -26,7 +27,9 @@ from bench_target import load_target
 from draftzoo.eval.runner import EvalConfig, load_prompts
 from draftzoo.inference.generate import SpeculativeGenerator
 from draftzoo.inference.hybrid import HybridSettings
-from draftzoo.inference.load import load_drafter, prompt_lookup_runtime
+from draftzoo.inference.load import load_drafter
+from draftzoo.inference.prompt_lookup import prompt_lookup_runtime
+from draftzoo.inference.proposal_settings import ProposalSettings
 from draftzoo.inference.sampling import SamplingParams
 
 
@@ -34,9 +37,10 @@ def build_methods(args, target, tokenizer) -> tuple[dict[str, SpeculativeGenerat
     """target-only, prompt lookup, the drafter's chain and its hybrid (gamma tokens each); the
     hybrid's runtime (its global suffix cache is emptied before each repeat)."""
     folder = Path(args.drafter)
-    chain = load_drafter(folder, target, tokenizer, "chain", args.gamma)
-    hybrid = load_drafter(folder, target, tokenizer, "hybrid", args.gamma, hybrid=HybridSettings())
-    lookup = prompt_lookup_runtime(args.gamma)
+    chain = ProposalSettings(num_speculative_tokens=args.gamma)
+    hybrid = load_drafter(folder, target, tokenizer, replace(chain, hybrid=HybridSettings()))
+    lookup = prompt_lookup_runtime(None, chain)
+    chain = load_drafter(folder, target, tokenizer, chain)
     methods = {"target-only": SpeculativeGenerator(target, tokenizer)}
     for name, runtime in (("prompt lookup", lookup), ("chain", chain), ("hybrid", hybrid)):
         methods[name] = SpeculativeGenerator(target, tokenizer, runtime.make_proposer(), args.gamma)

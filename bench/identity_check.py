@@ -23,7 +23,8 @@ from draftzoo.data.prompts import load_prompt_set
 from draftzoo.inference.batch import BatchGenerator
 from draftzoo.inference.eagle import EagleProposer, TreeSettings
 from draftzoo.inference.generate import SpeculativeGenerator
-from draftzoo.inference.proposers import DraftModelProposer, PromptLookupProposer
+from draftzoo.inference.prompt_lookup import PromptLookupProposer
+from draftzoo.inference.proposers import DraftModelProposer
 from draftzoo.inference.sampling import SamplingParams
 from draftzoo.train.testbed import committed_testbed_dir
 

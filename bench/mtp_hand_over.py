@@ -23,17 +23,16 @@ from draftzoo.architectures.target import TargetAdapter
 from draftzoo.architectures.zoo_index import resolve_drafter
 from draftzoo.eval.runner import EvalConfig, evaluate
 from draftzoo.inference.drafter_request import DrafterRequest
-from draftzoo.inference.load import DrafterRuntime, load_target, recorded_target
+from draftzoo.inference.drafter_runtime import DrafterRuntime
+from draftzoo.inference.load import load_target, recorded_target
 from draftzoo.inference.mtp import MtpProposer
 
 
-def runtime(folder: Path, record: dict, model, tokenizer, hand_over: str, tokens: int):
-    """The drafter's runtime with its modules run in `hand_over`."""
+def runtime(folder: Path, record: dict, model, tokenizer, hand_over: str, proposal):
+    """The drafter's runtime with its modules run in `hand_over` (`proposal`: a chain)."""
     drafter = load_mtp(folder, TargetAdapter(model, tokenizer), model.dtype, record, hand_over)
     cache = DrafterRequest().cache
-    return DrafterRuntime(
-        folder, record, drafter, lambda: MtpProposer(drafter, cache), tokens, "chain"
-    )
+    return DrafterRuntime(folder, record, drafter, lambda: MtpProposer(drafter, cache), proposal)
 
 
 def main() -> None:
@@ -49,9 +48,7 @@ def main() -> None:
     model, tokenizer = load_target(recorded_target(record))
     rows = {}
     for hand_over in HAND_OVERS:
-        drafter = runtime(
-            folder, record, model, tokenizer, hand_over, config.num_speculative_tokens
-        )
+        drafter = runtime(folder, record, model, tokenizer, hand_over, config.proposal)
         measured = evaluate(model, tokenizer, drafter, config, report["target"]["name"])
         rows[hand_over] = measured
         if args.output_dir:

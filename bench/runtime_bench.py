@@ -32,7 +32,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from draftzoo.data.prompts import load_prompt_set
 from draftzoo.inference.cache_settings import CacheSettings
 from draftzoo.inference.generate import SpeculativeGenerator
-from draftzoo.inference.proposers import DraftModelProposer, PromptLookupProposer
+from draftzoo.inference.prompt_lookup import PromptLookupProposer
+from draftzoo.inference.proposers import DraftModelProposer
 from draftzoo.inference.sampling import SamplingParams
 from draftzoo.train.testbed import committed_testbed_dir
 

@@ -15,7 +15,6 @@ samples with top-k and top-p off, so every method draws from softmax(logits).
 from __future__ import annotations
 
 import time
-from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -129,7 +128,7 @@ def assisted_rows(
         counter.handle.remove()
     report = group_report or {
         "hardware": environment()["hardware"],
-        "config": asdict(config),
+        "config": config.record(),
         "target": {"name": target_name},
     }
     for row in rows.values():

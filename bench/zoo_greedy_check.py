@@ -55,7 +55,8 @@ def check(folder: Path, prompts: int | None) -> tuple[str, bool]:
     ]
     same = not moved and (prompts is not None or abs(again["tau"] - card["tau"]) < 1e-12)
     line = (
-        f"{folder.name:26} {config.proposal:5} card tau {card['tau']:.4f}  now {again['tau']:.4f}"
+        f"{folder.name:26} {config.proposal.kind:11} card tau {card['tau']:.4f}  "
+        f"now {again['tau']:.4f}"
         f"  prompts {len(again['per_prompt'])}, moved {len(moved)}"
         f"{' (' + ', '.join(moved[:4]) + ')' if moved else ''}"
         f"  identity {again['greedy_identity']['identical']}/{again['greedy_identity']['decodes']}"

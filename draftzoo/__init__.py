@@ -18,7 +18,7 @@ _EXPORTS = {
     "SamplingParams": "draftzoo.inference.sampling",
     "Proposal": "draftzoo.inference.tree",
     "DraftModelProposer": "draftzoo.inference.proposers",
-    "PromptLookupProposer": "draftzoo.inference.proposers",
+    "PromptLookupProposer": "draftzoo.inference.prompt_lookup",
     "EagleProposer": "draftzoo.inference.eagle",
     "TreeSettings": "draftzoo.inference.eagle",
     "PositionTree": "draftzoo.inference.position_tree",

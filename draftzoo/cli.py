@@ -26,7 +26,6 @@ import sys
 from pathlib import Path
 
 from draftzoo.architectures.config_io import ConfigError
-from draftzoo.cli_parser import TREE_OPTIONS
 from draftzoo.cli_parser import build_parser as _build_parser
 
 logger = logging.getLogger("draftzoo")
@@ -99,63 +98,36 @@ def _testbed_info(args: argparse.Namespace) -> int:
     return 0
 
 
-def _proposal(args: argparse.Namespace) -> str:
-    """chain, tree, hybrid (the drafter's chain with suffix branches) or hybrid-tree."""
-    if args.hybrid:
-        return "hybrid-tree" if args.tree else "hybrid"
-    return "tree" if args.tree else "chain"
+def _proposer(args: argparse.Namespace, what: str):
+    """(the model-free proposer the flags picked with its settings, or None; the proposal
+    settings they ask for), checked before anything loads."""
+    from draftzoo.inference.model_free import picked
+    from draftzoo.inference.proposal_settings import from_flags
+    from draftzoo.inference.proposers import ProposerError
+    from draftzoo.inference.suffix_decoding import MODEL_FREE_SPEC as SUFFIX
+    from draftzoo.inference.suffix_store import check_cache_path
 
-
-def _suffix_settings(args: argparse.Namespace, tree: bool = False):
-    from draftzoo.inference.suffix import SuffixSettings
-
-    return SuffixSettings(
-        depth=args.suffix_depth,
-        max_draft=args.suffix_max_draft,
-        tree=tree,
-        cache_path=getattr(args, "suffix_cache", None),
-    )
-
-
-def _hybrid_settings(args: argparse.Namespace):
-    """The hybrid rule `generate --hybrid-by-scores` asks for (None: the default rule)."""
-    if not args.hybrid_by_scores:
-        return None
-    if not args.hybrid:
-        raise ConfigError("--hybrid-by-scores sets the rule of --hybrid: use it with --hybrid")
-    from draftzoo.inference.hybrid import HybridSettings
-
-    return HybridSettings(pace=False)
-
-
-def _generate_suffix(args: argparse.Namespace):
-    """The suffix settings `generate` asks for: suffix decoding's, a hybrid's (trees of
-    continuations), or None."""
-    if args.suffix_cache and not (args.suffix or args.hybrid):
-        raise ConfigError(
-            "--suffix-cache keeps suffix decoding's global cache: use it with --suffix or --hybrid"
-        )
-    if args.suffix_cache:  # refused before any model is loaded
-        from draftzoo.inference.suffix_store import check_cache_path
-
-        check_cache_path(Path(args.suffix_cache))
-    if args.suffix:
-        return _suffix_settings(args)
-    return _suffix_settings(args, tree=True) if args.hybrid else None
+    model_free = picked(args, what, shared={SUFFIX.name: "--hybrid"})
+    settings = from_flags(args, what, SUFFIX.settings_from(args) if args.hybrid else None)
+    if model_free is not None:
+        try:
+            model_free[0].check(settings)
+        except ProposerError as err:
+            raise ConfigError(f"{what}: {err}") from err
+    cache_path = getattr(args, "suffix_cache", None)
+    if cache_path:
+        check_cache_path(Path(cache_path))
+    return model_free, settings
 
 
 def _generate(args: argparse.Namespace) -> int:
     from draftzoo.inference.cache_settings import CacheSettings
     from draftzoo.inference.load import build_generator
     from draftzoo.inference.sampling import SamplingParams
-    from draftzoo.inference.tree import TreeSettings
 
-    if args.tree and not args.drafter:
-        raise ConfigError("--tree needs --drafter DRAFTER (a family that drafts trees)")
-    if args.tree_choices and not args.tree:
-        raise ConfigError("--tree-choices shapes a tree: also pass --tree")
-    if args.hybrid and not args.drafter:
-        raise ConfigError("--hybrid needs --drafter DRAFTER (suffix branches beside its drafts)")
+    model_free, proposal = _proposer(args, "draftzoo generate")
+    if (proposal.drafts_tree or proposal.hybrid) and not (args.drafter or model_free):
+        raise ConfigError(f"draftzoo generate: a {proposal.kind} proposal needs --drafter DRAFTER")
     params = SamplingParams(
         temperature=args.temperature,
         top_k=args.top_k,
@@ -165,24 +137,14 @@ def _generate(args: argparse.Namespace) -> int:
         seed=args.seed,
         acceptance=args.acceptance,
     )
-    tree_options = _given_tree_options(args)
-    tree = TreeSettings(**tree_options) if tree_options else None
-    if args.tree_choices:
-        from draftzoo.inference.position_tree import PositionTree
-
-        tree = PositionTree(args.tree_choices)
     generator = build_generator(
         args.target,
         drafter=args.drafter,
         draft_model=args.draft,
-        prompt_lookup=(args.min_ngram, args.max_ngram) if args.prompt_lookup else None,
-        suffix=_generate_suffix(args),
-        proposal=_proposal(args),
-        num_speculative_tokens=args.num_speculative_tokens,
-        tree=tree,
+        model_free=model_free,
+        proposal=proposal,
         device=_device(args.device),
         cache=CacheSettings(static=args.static_cache, max_length=args.max_cache_length),
-        hybrid=_hybrid_settings(args),
     )
     out = generator.generate(args.prompt, params)
     print(args.prompt + out.text)
@@ -192,16 +154,6 @@ def _generate(args: argparse.Namespace) -> int:
     for key, value in out.metrics.summary().items():
         print(f"{key}: {value}")
     return 0
-
-
-def _given_tree_options(args: argparse.Namespace, names: str = "settings") -> dict[str, int]:
-    """The tree flags given, by `TreeSettings` field ("settings") or `EvalConfig` field."""
-    given = {}
-    for flag, field, _ in TREE_OPTIONS:
-        value = getattr(args, flag[2:].replace("-", "_"))
-        if value is not None:
-            given[field if names == "settings" else flag[2:].replace("-", "_")] = value
-    return given
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -301,7 +253,7 @@ def _set_threads(threads: int | None) -> None:
     torch.set_num_threads(threads)
 
 
-def _eval_config(args: argparse.Namespace):
+def _eval_config(args: argparse.Namespace, proposal):
     """The `EvalConfig` the `draftzoo eval` flags describe; a contradiction is a ConfigError."""
     from draftzoo.eval.runner import EvalConfig
 
@@ -314,8 +266,7 @@ def _eval_config(args: argparse.Namespace):
             temperatures=tuple(args.temperatures),
             batch_sizes=tuple(args.batch_sizes),
             repeats=args.repeats,
-            proposal=_proposal(args),
-            num_speculative_tokens=args.num_speculative_tokens,
+            proposal=proposal,
             acceptance=args.acceptance,
             chat=not args.raw,
             seed=args.seed,
@@ -325,34 +276,10 @@ def _eval_config(args: argparse.Namespace):
             position_edges=tuple(args.position_edges),
             certificate_samples=args.certificate_samples,
             certificate_prompts=args.certificate_prompts,
-            tree_choices=args.tree_choices,
             dtype=args.dtype,
-            **_given_tree_options(args, names="eval"),
         )
     except ValueError as err:  # said before anything loads
         raise ConfigError(f"draftzoo eval: {err}") from err
-
-
-def _model_free_runtime(args: argparse.Namespace, config):
-    """The model-free proposer `draftzoo eval` was asked to measure, or None for a drafter."""
-    from dataclasses import replace
-
-    from draftzoo.inference.load import prompt_lookup_runtime, suffix_runtime
-
-    if not (args.suffix or args.prompt_lookup):
-        if args.drafter is None:
-            raise ConfigError("draftzoo eval: name a drafter, or --prompt-lookup or --suffix")
-        return None
-    if args.drafter is not None:
-        raise ConfigError("draftzoo eval: a drafter or a model-free proposer, not both")
-    if config.proposal.startswith("hybrid"):
-        raise ConfigError("draftzoo eval: --hybrid needs a drafter (it adds suffix branches)")
-    if args.prompt_lookup:
-        if config.proposal == "tree":
-            raise ConfigError("draftzoo eval: prompt lookup drafts chains only (drop --tree)")
-        return prompt_lookup_runtime(config.num_speculative_tokens)
-    settings = replace(_suffix_settings(args), tree=config.proposal == "tree")
-    return suffix_runtime(config.num_speculative_tokens, settings)
 
 
 def _eval(args: argparse.Namespace) -> int:
@@ -361,11 +288,17 @@ def _eval(args: argparse.Namespace) -> int:
 
     _set_threads(args.threads)
     output_dir = Path(args.output_dir) if args.output_dir else None
-    config = _eval_config(args)
-    model_free = _model_free_runtime(args, config)
+    model_free, proposal = _proposer(args, "draftzoo eval")
+    if model_free is not None and args.drafter is not None:
+        raise ConfigError("draftzoo eval: a drafter or a model-free proposer, not both")
+    if model_free is None and args.drafter is None:
+        raise ConfigError(f"draftzoo eval: name a drafter, or {_model_free_flags()}")
+    config = _eval_config(args, proposal)
     if model_free is not None:
+        spec, settings = model_free
+        runtime = spec.build(settings, proposal)
         report, path = measure_model_free(
-            model_free, config, args.target, _device(args.device), output_dir
+            runtime, config, args.target, _device(args.device), output_dir
         )
     else:
         report, path = measure_drafter(
@@ -374,6 +307,12 @@ def _eval(args: argparse.Namespace) -> int:
     print(summary_text(report))
     print(f"report: {path}")
     return 0
+
+
+def _model_free_flags() -> str:
+    from draftzoo.inference.model_free import model_free_specs
+
+    return " or ".join(spec.flag for spec in model_free_specs().values())
 
 
 def _certify(args: argparse.Namespace) -> int:

@@ -21,6 +21,8 @@ from draftzoo.architectures.defaults import (
     TARGET_DTYPE_NAMES,
     TEMPERATURE,
 )
+from draftzoo.inference.model_free import add_model_free_flags
+from draftzoo.inference.proposal_settings import add_proposal_flags
 
 
 def _add_acceptance(parser: argparse.ArgumentParser) -> None:
@@ -61,65 +63,6 @@ def _add_certificate_options(parser: argparse.ArgumentParser, samples: str, prom
     )
 
 
-#: (flag, `TreeSettings` field, help): the flag's dest is the `EvalConfig` field
-TREE_OPTIONS = (
-    ("--tree-top-k", "top_k", "EAGLE-2: children per node"),
-    ("--tree-depth", "depth", "EAGLE-2: maximum depth"),
-    ("--tree-tokens", "total_tokens", "EAGLE-2: draft tokens kept"),
-    (
-        "--tree-sampled-children",
-        "sampled_children",
-        "T > 0 trees: children sampled (without replacement) per expanded node",
-    ),
-)
-
-
-def _add_tree_options(parser: argparse.ArgumentParser) -> None:
-    """The EAGLE-2 tree budget, for --tree (defaults: `TreeSettings`'s, or the published
-    drafter's tree when none is given)."""
-    from draftzoo.inference.tree import TreeSettings
-
-    default = TreeSettings()
-    for flag, field, what in TREE_OPTIONS:
-        parser.add_argument(
-            flag,
-            type=int,
-            dest=flag[2:].replace("-", "_"),
-            help=f"{what} (default {getattr(default, field)})",
-        )
-    parser.add_argument(
-        "--tree-choices",
-        type=_tree_choices,
-        help="Medusa and DFlash: a static tree over the drafted positions' candidates, as JSON "
-        "paths of per-position ranks (Medusa's medusa_choices), e.g. '[[0],[1],[0,0]]' "
-        "(default: the drafter's calibrated tree, else a 16-node tree)",
-    )
-
-
-def _rank(value) -> int:
-    """One rank of a --tree-choices path: a JSON integer (not 1.0, 1e400 or true)."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"rank {value!r} is not an integer")
-    return value
-
-
-def _tree_choices(text: str) -> tuple[tuple[int, ...], ...]:
-    """--tree-choices: JSON paths of non-negative ranks, every path's parent listed."""
-    import json
-
-    from draftzoo.inference.position_tree import PositionTree
-
-    try:
-        paths = json.loads(text)
-        if not isinstance(paths, list) or not paths:
-            raise ValueError("not a list of paths")
-        return PositionTree(tuple(tuple(_rank(r) for r in path) for path in paths)).choices
-    except (ValueError, TypeError, RecursionError) as err:
-        raise argparse.ArgumentTypeError(
-            f"not a tree of rank paths like [[0],[1],[0,0]] ({err}): {text!r}"
-        ) from err
-
-
 #: --tree, for the families whose spec says they draft trees
 TREE_HELP = (
     "draft trees instead of chains, for a family that drafts them (EAGLE: EAGLE-2 dynamic "
@@ -128,10 +71,10 @@ TREE_HELP = (
     "over its block's slots)"
 )
 HYBRID_HELP = (
-    "the drafter's chain (with --tree: its tree) with suffix decoding's branches merged in, or "
-    "suffix branches alone when they score above what the drafter delivers; while the "
-    "drafter's rounds commit fewer tokens a second than plain decoding steps (timed), suffix "
-    "branches alone or nothing"
+    "the drafter's chain (with --tree: its tree) with prompt lookup's copy or suffix "
+    "decoding's branches merged in, or those alone, or a plain step: each round whichever the "
+    "measured accepted tokens and timed rounds say commits the most tokens a second "
+    "(docs/runtime.md)"
 )
 
 
@@ -248,34 +191,8 @@ def build_parser(handlers: Mapping[str, Callable]) -> argparse.ArgumentParser:
     drafts.add_argument(
         "--draft", help="a plain causal LM checkpoint sharing the target's tokenizer"
     )
-    drafts.add_argument("--prompt-lookup", action="store_true", help="n-gram prompt-lookup drafts")
-    drafts.add_argument(
-        "--suffix", action="store_true", help="suffix decoding: continuations the text repeats"
-    )
-    gen.add_argument("--tree", action="store_true", help=TREE_HELP)
-    gen.add_argument("--hybrid", action="store_true", help=HYBRID_HELP)
-    gen.add_argument(
-        "--hybrid-by-scores",
-        action="store_true",
-        help="--hybrid: choose each round by scores alone, without timing rounds (with a "
-        "fixed --num-speculative-tokens, whose default also times rounds, a --seed then fixes "
-        "a sampled output)",
-    )
-    _add_tree_options(gen)
-    gen.add_argument("--min-ngram", type=int, default=1, help="prompt lookup: shortest n-gram")
-    gen.add_argument("--max-ngram", type=int, default=3, help="prompt lookup: longest n-gram")
-    gen.add_argument(
-        "--suffix-depth", type=int, default=32, help="suffix decoding: longest substring counted"
-    )
-    gen.add_argument(
-        "--suffix-max-draft", type=int, default=16, help="suffix decoding: most tokens a round"
-    )
-    gen.add_argument(
-        "--suffix-cache",
-        metavar="FILE",
-        help="suffix decoding / --hybrid: keep the global cache of earlier outputs in FILE "
-        "(read at start, rewritten after the request)",
-    )
+    add_model_free_flags(gen, drafts, "generate")
+    add_proposal_flags(gen, TREE_HELP, HYBRID_HELP)
     gen.add_argument("--prompt", required=True, help="the prompt text")
     gen.add_argument(
         "--num-speculative-tokens",
@@ -431,17 +348,7 @@ def _add_zoo_commands(commands, handlers: Mapping[str, Callable]) -> None:
         "interleaved; writes report.json, summary.txt and plots to --output-dir.",
     )
     ev.add_argument("drafter", nargs="?", help="a drafter folder or a zoo name")
-    free = ev.add_mutually_exclusive_group()
-    free.add_argument(
-        "--prompt-lookup", action="store_true", help="measure n-gram prompt lookup (no drafter)"
-    )
-    free.add_argument(
-        "--suffix",
-        action="store_true",
-        help="measure suffix decoding (no drafter; --tree: trees of continuations)",
-    )
-    ev.add_argument("--suffix-depth", type=int, default=32, help="suffix: longest substring")
-    ev.add_argument("--suffix-max-draft", type=int, default=16, help="suffix: most tokens a round")
+    add_model_free_flags(ev, ev.add_mutually_exclusive_group(), "eval")
     ev.add_argument(
         "--target",
         help="target folder or hub name (default: the drafter's own; with --prompt-lookup or "
@@ -466,9 +373,7 @@ def _add_zoo_commands(commands, handlers: Mapping[str, Callable]) -> None:
     ev.add_argument("--temperatures", type=float, nargs="+", default=[0.0, 1.0])
     ev.add_argument("--batch-sizes", type=int, nargs="+", default=[1])
     ev.add_argument("--repeats", type=int, default=1, help="reruns, for the speedup's spread")
-    ev.add_argument("--tree", action="store_true", help=TREE_HELP)
-    ev.add_argument("--hybrid", action="store_true", help=HYBRID_HELP)
-    _add_tree_options(ev)
+    add_proposal_flags(ev, TREE_HELP, HYBRID_HELP)
     ev.add_argument(
         "--num-speculative-tokens", type=int, default=NUM_SPECULATIVE_TOKENS, help="chain length"
     )

@@ -33,7 +33,8 @@ from ..architectures.drafter_io import read_drafter_record
 from ..architectures.families import display_name
 from ..architectures.output_folders import fresh_path, write_text_atomically
 from ..architectures.zoo_index import ZooIndex
-from ..inference.load import MODEL_FREE, PROMPT_LOOKUP, SUFFIX_DECODING
+from ..inference.model_free import model_free_specs
+from ..inference.proposal_settings import describe_serving
 from .certificate import headline as certificate_headline
 
 logger = logging.getLogger(__name__)
@@ -42,10 +43,9 @@ LEADERBOARD_FILE = "LEADERBOARD.md"
 #: what reading a damaged report raises (its JSON, its shape, its values)
 UNREADABLE = (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError, RecursionError)
 PLOT_FILE = "leaderboard.png"
-#: the reference methods' names (the families' come from the registry)
+#: the reference rows' names that no registry holds (families' and model-free proposers'
+#: come from their registries)
 REFERENCE_NAMES = {
-    PROMPT_LOOKUP: "prompt lookup",
-    SUFFIX_DECODING: "suffix decoding",
     "target_only": "target-only",
     "transformers_assisted": "transformers assisted",
 }
@@ -116,21 +116,6 @@ def group_of(report: dict[str, Any]) -> str:
     return label
 
 
-def _proposal(serving: dict[str, Any]) -> str:
-    hybrids = {"hybrid": "chain", "hybrid-tree": "tree"}
-    if serving["proposal"] in hybrids:
-        drafted = {**serving, "proposal": hybrids[serving["proposal"]]}
-        return _proposal(drafted) + " + suffix branches"
-    if serving["proposal"] == "chain":
-        return f"chain of {serving['num_speculative_tokens']}"
-    tree = serving.get("tree") or {}
-    if "choices" in tree:  # a static (Medusa) tree
-        return f"tree ({len(tree['choices'])} nodes)"
-    if "max_draft" in tree:  # suffix decoding's tree of frequent continuations
-        return f"suffix tree (up to {tree['max_draft']} tokens)"
-    return f"dynamic tree ({tree['total_tokens']} tokens, depth {tree['depth']})"
-
-
 def parameter_count(folder: Path) -> int | None:
     """Parameters stored in the drafter folder's safetensors files (an adapter included),
     read from their headers; None when the folder is not here."""
@@ -181,7 +166,7 @@ def row_from_report(
     row = Row(
         name=name,
         family=checkpoint["family"],
-        proposal=_proposal(report["serving"]),
+        proposal=describe_serving(report["serving"], checkpoint["family"]),
         group=group_of(report),
         parameters=parameter_count(folder) if folder else None,
         train_tokens=tokens,
@@ -192,7 +177,7 @@ def row_from_report(
             certificate_headline(report["certificate"]) if report.get("certificate") else None
         ),
         card=card,
-        reference=checkpoint["family"] in MODEL_FREE,
+        reference=checkpoint["family"] in model_free_specs(),
         unreliable=(report.get("timing") or {}).get("why_unreliable"),
         imported=(checkpoint.get("imported") or {}).get("layout"),
     )
@@ -297,7 +282,7 @@ def _cell(row: Row, key: str) -> str:
 
 def _certificate_cell(row: Row) -> str:
     cert = row.certificate
-    if row.reference and row.family not in MODEL_FREE:
+    if row.reference and row.family not in model_free_specs():
         return "n/a"
     if not cert:
         return "none"
@@ -485,7 +470,9 @@ def replace_block(text: str, block: str) -> str:
 def _shown_family(family: str, imported: str | None = None) -> str:
     """A row's family or reference method as people read it (and the layout an imported
     drafter came from: it was trained elsewhere, on a budget not on record)."""
-    shown = REFERENCE_NAMES.get(family) or display_name(family)
+    model_free = model_free_specs().get(family)
+    shown = model_free.display_name if model_free else REFERENCE_NAMES.get(family)
+    shown = shown or display_name(family)
     return f"{shown} (imported: {imported})" if imported else shown
 
 

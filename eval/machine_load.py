@@ -22,6 +22,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..inference.proposal_settings import from_serving
+
 #: other processes' share of the machine's CPU time above which timings are unreliable
 MAX_OTHER_SHARE = 0.10
 #: the speedup's spread over repeats (std / mean) above which it is unreliable
@@ -157,7 +159,22 @@ def unreliable_sentence(report: dict[str, Any]) -> str | None:
     timing = report.get("timing") or {}
     if timing.get("reliable", True):
         return None
+    timed = _clock_dependent(report.get("serving"))
+    if timed:
+        return (
+            f"Speedups UNRELIABLE: {timing['why_unreliable']}; here tau, acceptance and which "
+            f"tokens were drafted depend on the clock too, through {' and '.join(timed)} — "
+            "rerun alone on the machine (or by scores, untimed, to reproduce them)."
+        )
     return (
         f"Speedups UNRELIABLE: {timing['why_unreliable']}; tau, acceptance and greedy identity "
-        "do not depend on the clock, the speedups and tokens/s do — rerun alone on the machine."
+        "do not depend on the clock (this proposal times nothing), the speedups and tokens/s "
+        "do — rerun alone on the machine."
     )
+
+
+def _clock_dependent(serving: dict[str, Any] | None) -> tuple[str, ...]:
+    """What in a report's proposal reads the clock (nothing for a report without one)."""
+    if not serving:
+        return ()
+    return from_serving(serving, None).clock_dependent()

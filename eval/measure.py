@@ -9,7 +9,7 @@ The drafter's record is read once; its family's spec says what else the measurem
 
 from __future__ import annotations
 
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +17,8 @@ from ..architectures.config_io import ConfigError
 from ..architectures.drafter_io import checkpoint_hash, read_drafter_record
 from ..architectures.families import family_spec
 from ..architectures.zoo_index import resolve_drafter
-from ..inference.load import DrafterRuntime, load_drafter, load_target, recorded_target
+from ..inference.drafter_runtime import DrafterRuntime
+from ..inference.load import load_drafter, load_target, recorded_target
 from ..inference.peer_import import drafter_from_peer
 from .plots import plot_report
 from .runner import (
@@ -35,16 +36,7 @@ def load_as_configured(
     folder: Path, target, tokenizer, config: EvalConfig, record: dict | None = None
 ) -> DrafterRuntime:
     """The drafter loaded as an `EvalConfig` serves it."""
-    return load_drafter(
-        folder,
-        target,
-        tokenizer,
-        config.proposal,
-        config.num_speculative_tokens,
-        config.tree,
-        config.cache,
-        record,
-    )
+    return load_drafter(folder, target, tokenizer, config.proposal, config.cache, record)
 
 
 def measure_drafter(
@@ -135,6 +127,6 @@ def certify_report(
     runtime = load_as_configured(folder, target, tokenizer, config, record)
     measured_prompts = load_prompts(config)[1:]
     report["certificate"] = certificate_of(target, tokenizer, runtime, config, measured_prompts)
-    report["config"] = asdict(config)
+    report["config"] = config.record()
     write_report(report, report_path.parent)
     return report["certificate"], report_path

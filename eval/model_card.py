@@ -7,13 +7,13 @@ commands that reproduce training and evaluation.
 
 from __future__ import annotations
 
-import json
 import shlex
 from typing import Any
 
 import yaml
 
 from ..architectures.families import display_name
+from ..inference.proposal_settings import from_config, from_serving, to_flags, tree_kind_of
 from .certificate import describe
 from .machine_load import unreliable_sentence
 from .runner import batch_one_breakdown, heldout_dropped, teacher_forced_breakdown
@@ -39,18 +39,7 @@ def eval_command(report: dict[str, Any], drafter: str) -> str:
     parts += ["--temperatures", *[f"{t:g}" for t in cfg["temperatures"]]]
     parts += ["--batch-sizes", *[str(b) for b in cfg["batch_sizes"]]]
     parts += ["--repeats", str(cfg["repeats"])]
-    if cfg["proposal"] in ("hybrid", "hybrid-tree"):
-        parts.append("--hybrid")
-    tree = cfg["proposal"] in ("tree", "hybrid-tree")
-    if tree and cfg.get("tree_choices"):
-        paths = json.dumps([list(path) for path in cfg["tree_choices"]], separators=(",", ":"))
-        parts += ["--tree", "--tree-choices", paths]
-    elif tree:
-        parts += ["--tree", "--tree-top-k", str(cfg["tree_top_k"])]
-        parts += ["--tree-depth", str(cfg["tree_depth"]), "--tree-tokens", str(cfg["tree_tokens"])]
-        parts += ["--tree-sampled-children", str(cfg["tree_sampled_children"])]
-    else:
-        parts += ["--num-speculative-tokens", str(cfg["num_speculative_tokens"])]
+    parts += to_flags(from_config(cfg))
     if cfg.get("acceptance", "exact") != "exact":
         parts += ["--acceptance", cfg["acceptance"]]
     if not cfg["chat"]:
@@ -282,6 +271,8 @@ def _drift_section(report: dict[str, Any]) -> list[str]:
 
 def _use_section(name: str, report: dict[str, Any], notes) -> list[str]:
     serving = report["serving"]
+    served = from_serving(serving, tree_kind_of(report["checkpoint"]["family"]))
+    tree = served.tree_record()
     return [
         "## Use",
         "",
@@ -292,9 +283,8 @@ def _use_section(name: str, report: dict[str, Any], notes) -> list[str]:
         'print(generator.generate("def fibonacci(n):").text)',
         "```",
         "",
-        f"Served as measured: {serving['proposal']}, {serving['num_speculative_tokens']} "
-        "tokens deep"
-        + (f" (tree {serving['tree']})" if serving.get("tree") else "")
+        f"Served as measured: {served.describe()}, {served.num_speculative_tokens} tokens deep"
+        + (f" (tree {tree})" if tree else "")
         + "."
         + _hybrid_sentence(serving.get("hybrid_rule")),
         "",

@@ -26,7 +26,7 @@ import resource
 import statistics
 import time
 from collections import Counter, defaultdict
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -37,7 +37,6 @@ from ..architectures.config_io import ConfigError, check_seed
 from ..architectures.defaults import (
     MAX_CACHE_LENGTH,
     MAX_NEW_TOKENS,
-    NUM_SPECULATIVE_TOKENS,
     target_provenance,
 )
 from ..architectures.drafter_io import checkpoint_hash
@@ -48,10 +47,16 @@ from ..data.dedupe import TrainingText, training_text
 from ..data.prompts import Prompt, PromptSetError, load_prompt_set
 from ..inference.batch import BatchGenerator
 from ..inference.cache_settings import CacheSettings
-from ..inference.eagle import TreeSettings
+from ..inference.drafter_runtime import DrafterRuntime
 from ..inference.generate import SpeculativeGenerator
-from ..inference.load import MODEL_FREE, DrafterRuntime
-from ..inference.position_tree import PositionTree
+from ..inference.model_free import model_free_specs
+from ..inference.proposal_settings import (
+    ProposalSettings,
+    config_record,
+    describe_serving,
+    from_config,
+    serving_record,
+)
 from ..inference.sampling import ACCEPTANCES, SamplingParams
 from .certificate import CertificateConfig, certify, describe
 from .lm_quality import repeated_ngram_share
@@ -60,10 +65,6 @@ from .machine_load import MachineLoad, cuda_device_uuid, timing_verdict, unrelia
 REPORT_FILE = "report.json"
 SUMMARY_FILE = "summary.txt"
 REPORT_VERSION = 1
-
-
-#: what `EvalConfig.proposal` may be
-PROPOSALS = ("chain", "tree", "hybrid", "hybrid-tree")
 
 
 @dataclass(frozen=True)
@@ -79,17 +80,9 @@ class EvalConfig:
     temperatures: tuple[float, ...] = (0.0, 1.0)
     batch_sizes: tuple[int, ...] = (1,)
     repeats: int = 1  # full reruns, for the speedup's spread
-    #: "chain", "tree" (families that draft trees), "hybrid" / "hybrid-tree" (the drafter's
-    #: chain / tree with suffix decoding's branches)
-    proposal: str = "chain"
-    num_speculative_tokens: int = NUM_SPECULATIVE_TOKENS  # chain length (trees use tree_depth)
-    tree_top_k: int = TreeSettings.top_k  # the tree budget's defaults are `TreeSettings`'
-    tree_depth: int = TreeSettings.depth
-    tree_tokens: int = TreeSettings.total_tokens
-    tree_sampled_children: int = TreeSettings.sampled_children  # T > 0: children per node
-    #: Medusa and DFlash: a static tree's paths of per-position ranks (`PositionTree`); None:
-    #: the drafter's calibrated or default tree
-    tree_choices: tuple[tuple[int, ...], ...] | None = None
+    #: how the drafter is asked to propose: chain or tree, length, hybrid rule (a report's
+    #: config holds it flat, `proposal_settings.config_record`); a fixed length
+    proposal: ProposalSettings = field(default_factory=ProposalSettings)
     #: "exact" (lossless) or "typical" (Medusa's typical acceptance: LOSSY at T > 0); the
     #: target-only baseline always samples exactly
     acceptance: str = "exact"
@@ -115,9 +108,8 @@ class EvalConfig:
     dtype: str = "float32"
 
     def __post_init__(self) -> None:
-        if self.tree_choices is not None:  # a report's lists back to tuples; checked here
-            choices = tuple(tuple(path) for path in self.tree_choices)
-            object.__setattr__(self, "tree_choices", PositionTree(choices).choices)
+        if not isinstance(self.proposal, ProposalSettings):
+            raise ValueError(f"proposal is a ProposalSettings, got {self.proposal!r}")
         if not self.prompt_sets:
             raise ValueError("give at least one prompt set")
         if self.max_prompts < 1 or self.max_new_tokens < 1 or self.repeats < 1:
@@ -126,12 +118,10 @@ class EvalConfig:
             raise ValueError("temperatures must be >= 0")
         if not self.batch_sizes or any(b < 1 for b in self.batch_sizes):
             raise ValueError("batch sizes must be >= 1")
-        if self.proposal not in PROPOSALS:
-            raise ValueError(f"proposal must be one of {PROPOSALS}, got {self.proposal!r}")
         if self.acceptance not in ACCEPTANCES:
             raise ValueError(f"acceptance must be one of {ACCEPTANCES}, got {self.acceptance!r}")
-        if self.num_speculative_tokens < 1:
-            raise ValueError("num_speculative_tokens must be >= 1")
+        if self.proposal.num_speculative_tokens is None:
+            raise ValueError("an evaluation fixes num_speculative_tokens (it compares runs)")
         if self.max_cache_length < 1:
             raise ValueError("max_cache_length must be >= 1")
         check_seed(self.seed)  # prompt and repeat offsets are added to it
@@ -151,9 +141,20 @@ class EvalConfig:
     @classmethod
     def from_report(cls, report: dict[str, Any]) -> EvalConfig:
         """The configuration a report was measured with (its lists back to tuples)."""
-        known = {f.name for f in fields(cls)}
+        known = {f.name for f in fields(cls)} - {"proposal"}
         saved = {k: tuple(v) if isinstance(v, list) else v for k, v in report["config"].items()}
-        return cls(**{k: v for k, v in saved.items() if k in known})
+        settings = from_config(report["config"])
+        return cls(proposal=settings, **{k: v for k, v in saved.items() if k in known})
+
+    def record(self) -> dict[str, Any]:
+        """The configuration as a report holds it (the proposal flat, by flag name)."""
+        record = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "proposal"}
+        return {**config_record(self.proposal), **record}
+
+    @property
+    def num_speculative_tokens(self) -> int:
+        """Draft tokens a round (a tree's depth replaces it)."""
+        return self.proposal.num_speculative_tokens
 
     @property
     def certificate(self) -> CertificateConfig | None:
@@ -171,16 +172,6 @@ class EvalConfig:
     def cache(self) -> CacheSettings:
         """The KV caches both sides decode on."""
         return CacheSettings(static=self.static_cache, max_length=self.max_cache_length)
-
-    @property
-    def tree(self) -> TreeSettings | PositionTree | None:
-        if self.proposal not in ("tree", "hybrid-tree"):
-            return None
-        if self.tree_choices is not None:
-            return PositionTree(self.tree_choices)
-        return TreeSettings(
-            self.tree_top_k, self.tree_depth, self.tree_tokens, self.tree_sampled_children
-        )
 
 
 @dataclass
@@ -525,7 +516,7 @@ def _spread(values: list[float]) -> dict[str, float]:
 def _decoded_checkpoint(drafter: DrafterRuntime) -> str | None:
     """The hash of the weights this evaluation decodes with: taken when they were loaded (a
     runtime built by hand: hashed now, before any decode); None for model-free proposers."""
-    if drafter.family in MODEL_FREE:
+    if drafter.family in model_free_specs():
         return None
     return drafter.sha256 or checkpoint_hash(drafter.folder)
 
@@ -576,14 +567,11 @@ def evaluate(
             "fingerprint": TargetAdapter(target, tokenizer).fingerprint().to_dict(),
             "converted_from": target_provenance(target_name),
         },
-        "config": asdict(config),
+        "config": config.record(),
         "serving": {
             "acceptance": config.acceptance,
             "lossy": config.acceptance != "exact",
-            "proposal": drafter.proposal,
-            "num_speculative_tokens": drafter.num_speculative_tokens,
-            "tree": asdict(drafter.tree) if drafter.tree else None,
-            "hybrid_rule": drafter.hybrid_rule,
+            **serving_record(drafter.settings),
         },
         "categories": sorted({p.category for p in prompts[1:]}),
         "heldout": heldout_record(config),
@@ -770,8 +758,8 @@ def summary_text(report: dict[str, Any]) -> str:
         f"prompts   {', '.join(cfg['prompt_sets'])}: {report['results'][0]['prompts']} "
         f"(+1 warm-up), {cfg['max_new_tokens']} new tokens, {cfg['repeats']} repeat(s)",
         *_heldout_line(report),
-        f"proposal  {report['serving']['proposal']}, {report['serving']['num_speculative_tokens']}"
-        f" tokens deep",
+        f"proposal  {describe_serving(report['serving'], ck['family'])}, "
+        f"{report['serving']['num_speculative_tokens']} tokens deep",
         *_lossy_line(report),
         "",
         f"{'T':>4} {'batch':>5} {'tau':>6} {'target tok/s':>13} {'spec tok/s':>11} "

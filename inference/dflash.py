@@ -38,7 +38,7 @@ from .position_tree import PositionTree, TreeDraw, resolve_position_tree
 from .proposers import Proposer, ProposerError
 from .sampling import SamplingParams
 from .transfer import to_device
-from .tree import Proposal, TreeSettings
+from .tree import Proposal
 
 
 class GrowingEntries:
@@ -230,11 +230,8 @@ def load_runtime(folder: Path, record: dict, target, tokenizer, request: Drafter
     longest = drafter.block_size - 1
     asked = request.num_speculative_tokens
     tree = None
-    if request.proposal == "tree":
-        tree = request.tree
-        if request.published_tree is not None:
-            tree = PositionTree(tuple(tuple(p) for p in request.published_tree["choices"]))
-        tree = resolve_position_tree(tree or TreeSettings(), longest, "DFlash blocks")
+    if request.drafts_tree:
+        tree = resolve_position_tree(request.tree_or(None), longest)
     elif asked is not None and asked > longest:
         raise ProposerError(
             f"drafter {folder} drafts blocks of {drafter.block_size} (the anchor and "

@@ -7,36 +7,40 @@ request)`; the family builds its module once and returns a `LoadedDrafter`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from torch import nn
 
 from .cache_settings import GROWING, CacheSettings
-from .proposers import Proposer, ProposerError
-
-#: what a proposal may be
-PROPOSALS = ("chain", "tree")
+from .proposal_settings import OWN_TREE, ProposalSettings
+from .proposers import Proposer
 
 
 @dataclass(frozen=True)
 class DrafterRequest:
-    """How the caller wants the drafter to propose."""
+    """How the caller wants the drafter to propose (the hybrid's rule is the loader's: a family
+    sees what it drafts itself)."""
 
-    proposal: str = "chain"  # "chain" or "tree"
-    num_speculative_tokens: int | None = None  # chain length; None: adaptive
-    tree: Any = None  # the family's tree object, its published settings (a mapping), or None
+    settings: ProposalSettings = field(default_factory=ProposalSettings)
     cache: CacheSettings = GROWING  # the drafter's cache, as the target's
 
-    def __post_init__(self) -> None:
-        if self.proposal not in PROPOSALS:
-            raise ProposerError(f"proposal must be 'chain' or 'tree', got {self.proposal!r}")
+    @property
+    def drafts_tree(self) -> bool:
+        return self.settings.drafts_tree
 
     @property
-    def published_tree(self) -> Mapping[str, Any] | None:
-        """The tree settings a zoo entry published, when that is what was passed."""
-        return self.tree if isinstance(self.tree, Mapping) else None
+    def num_speculative_tokens(self) -> int | None:
+        """Chain length; None: adaptive."""
+        return self.settings.num_speculative_tokens
+
+    def tree_or(self, own: Any) -> Any:
+        """The tree asked for (of the family's kind, checked by the loader), or `own` when the
+        family's own tree was asked for; None for chains."""
+        if not self.drafts_tree:
+            return None
+        return own if self.settings.tree is OWN_TREE else self.settings.tree
 
 
 @dataclass
@@ -45,4 +49,4 @@ class LoadedDrafter:
 
     module: nn.Module  # the drafter's own weights (shared target weights excluded)
     make_proposer: Callable[[], Proposer]
-    tree: Any = None  # the tree it drafts (TreeSettings, PositionTree), None for chains
+    tree: Any = None  # the tree it drafts (a tree of its family's kind), None for chains

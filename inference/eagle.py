@@ -37,7 +37,7 @@ from ..architectures.target import TargetAdapter
 from .cache_settings import GROWING, CacheSettings
 from .drafter_request import DrafterRequest, LoadedDrafter
 from .eagle_slots import EagleSlots
-from .proposers import Proposer, ProposerError
+from .proposers import Proposer
 from .sampling import SamplingParams, is_distribution, probabilities
 from .transfer import to_device
 from .tree import Proposal, TreeSettings
@@ -223,17 +223,7 @@ class EagleProposer(Proposer):
 def load_runtime(folder: Path, record: dict, target, tokenizer, request: DrafterRequest):
     """An EAGLE-1/3 drafter loaded for `target` (the family's `runtime`): chains, or EAGLE-2
     dynamic trees (`TreeSettings`; the defaults when none is given)."""
-    tree = request.tree
-    if request.published_tree is not None:
-        tree = TreeSettings(**request.published_tree)
-    if request.proposal == "chain":
-        tree = None
-    elif tree is None:
-        tree = TreeSettings()
-    elif not isinstance(tree, TreeSettings):
-        raise ProposerError(
-            f"an EAGLE drafter drafts EAGLE-2 trees (TreeSettings), not a {type(tree).__name__}"
-        )
+    tree = request.tree_or(TreeSettings())
     adapter = TargetAdapter(target, tokenizer)
     drafter = load_eagle(Path(folder), adapter, dtype=target.dtype, record=record)
 

@@ -97,7 +97,7 @@ class SpeculativeGenerator:
             else GrowingForward(target)
         )
         self.eos_ids = eos_ids(target, tokenizer)
-        #: set by `draftzoo.load`: the loaded drafter (`inference.load.DrafterRuntime`)
+        #: set by `draftzoo.load`: the loaded drafter (`inference.drafter_runtime.DrafterRuntime`)
         self.drafter = None
 
     def _limits(self) -> Limits:

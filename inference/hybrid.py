@@ -49,7 +49,8 @@ from .hybrid_rule import (
     accepted_nodes,
     choose,
 )
-from .proposers import Proposer, lookup_match
+from .prompt_lookup import lookup_match
+from .proposers import Proposer
 from .sampling import SamplingParams
 from .suffix import SuffixCache, SuffixProposer
 from .tree import Proposal

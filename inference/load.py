@@ -11,59 +11,33 @@ checked against the target before anything runs; a mismatch is refused naming bo
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
 import torch
 from torch import nn
 
-from ..architectures.defaults import NUM_SPECULATIVE_TOKENS, target_location
+from ..architectures.defaults import target_location
 from ..architectures.drafter_io import DrafterError, checkpoint_hash, read_drafter_record
 from ..architectures.errors import DraftzooError
-from ..architectures.families import UnknownFamilyError, family_spec, family_specs
+from ..architectures.families import UnknownFamilyError, family_spec
 from ..architectures.target import FingerprintMismatchError
 from ..architectures.zoo_index import ZooError, resolve_drafter
 from .cache_settings import GROWING, CacheSettings
 from .drafter_request import DrafterRequest, LoadedDrafter
-from .errors import GenerationError
+from .drafter_runtime import DrafterRuntime
 from .generate import SpeculativeGenerator
 from .hybrid import HybridProposer, HybridSettings
+from .model_free import ModelFreeSpec
 from .peer_import import drafter_from_peer
-from .position_tree import PositionTree
-from .proposers import PromptLookupProposer, Proposer, ProposerError
-from .suffix import SuffixCache, SuffixProposer, SuffixSettings
+from .proposal_settings import ProposalSettings, asked, check_family_tree, from_serving
+from .proposers import Proposer
+from .suffix import SuffixSettings
 from .suffix_store import global_cache
-from .tree import TreeSettings
 
 #: `load(num_speculative_tokens=AS_PUBLISHED)`: the length the drafter's zoo entry serves with
 AS_PUBLISHED = "published"
-
-
-@dataclass
-class DrafterRuntime:
-    """A loaded drafter: its module, how it proposes, and where it came from."""
-
-    folder: Path
-    record: dict[str, Any]
-    module: nn.Module  # the drafter's own weights (shared target weights excluded)
-    make_proposer: Callable[[], Proposer]  # one per request (proposers keep per-request state)
-    num_speculative_tokens: int | None  # chain length, or tree depth; None: adaptive
-    proposal: str  # "chain" or "tree"
-    tree: TreeSettings | PositionTree | None = None  # the tree it drafts, when it drafts trees
-    #: called before each measured pass (a temperature, batch size and repeat of `draftzoo
-    #: eval`): a proposer that learns across requests forgets earlier passes, so one pass's
-    #: prompts never draft from another pass's answers to the same prompts
-    begin_pass: Callable[[], None] = lambda: None
-    #: the checkpoint hash of the files the module was built from (read before and after)
-    sha256: str | None = None
-    #: a hybrid's rule, as reports record it (`HybridSettings.rule`); None for other proposals
-    hybrid_rule: dict[str, Any] | None = None
-
-    @property
-    def family(self) -> str:
-        return self.record["family"]
 
 
 def load_target(name_or_path: str, dtype: torch.dtype = torch.float32, device=None):
@@ -94,60 +68,32 @@ def load_drafter(
     folder: Path,
     target,
     tokenizer,
-    proposal: str = "chain",
-    num_speculative_tokens: int | None = NUM_SPECULATIVE_TOKENS,
-    tree: TreeSettings | PositionTree | dict | None = None,
+    settings: ProposalSettings | None = None,
     cache: CacheSettings = GROWING,
     record: dict[str, Any] | None = None,
-    suffix: SuffixSettings | None = None,
-    hybrid: HybridSettings | None = None,
 ) -> DrafterRuntime:
-    """A drafter folder loaded for `target` (a transformers causal LM), fingerprint-checked.
-
-    `proposal`: "chain", "hybrid" / "hybrid-tree" (its chain / tree with suffix decoding's
-    branches, `HybridProposer`) or "tree" for a family that drafts trees (EAGLE: EAGLE-2 dynamic
-    trees, `TreeSettings`; Medusa and DFlash: a static `PositionTree`, its calibrated or
-    default one when none is given; a zoo entry's published settings as a dict); a tree's
-    depth then sets the
-    speculation length unless that is None (adaptive). A family that adapts the target
-    (Medusa-2) changes `target` in place. `cache`: how the proposers keep their caches
-    (`CacheSettings`). `record`: the drafter's record when the caller has read it already.
-    `suffix`: a hybrid's suffix decoding settings (default: trees of continuations, the global
-    cache in memory); `hybrid`: the hybrid's rule (`HybridSettings`; `suffix`, when given,
-    replaces its suffix settings)."""
+    """A drafter folder loaded for `target` (a transformers causal LM), fingerprint-checked,
+    proposing as `settings` ask (default: a chain of `NUM_SPECULATIVE_TOKENS`); a tree's depth
+    then sets the speculation length unless that is None (adaptive). A family that adapts the
+    target (Medusa-2) changes `target` in place. `cache`: how the proposers keep their caches
+    (`CacheSettings`). `record`: the drafter's record when the caller has read it already."""
     folder = Path(folder)
-    settings = _hybrid_settings(proposal, hybrid, suffix)
+    settings = settings or ProposalSettings()
     record = read_drafter_record(folder) if record is None else record
     try:
         spec = family_spec(record["family"])
     except UnknownFamilyError as err:
         raise DrafterError(f"{folder}: {err}") from err
-    drafted = HYBRIDS.get(proposal, proposal)  # what the drafter itself proposes
-    request = DrafterRequest(drafted, num_speculative_tokens, tree, cache)
-    if drafted == "tree" and not spec.drafts_trees:
-        tree_families = [s.display_name for s in family_specs().values() if s.drafts_trees]
-        what = "trees" if proposal == "tree" else "hybrid trees (suffix branches in its tree)"
-        raise ProposerError(
-            f"a {spec.display_name} drafter drafts chains only; {what} need one of: "
-            f"{', '.join(tree_families)}"
-        )
+    check_family_tree(settings, spec)
+    request = DrafterRequest(settings, cache)
     loaded, digest = _load_hashed(spec, folder, record, target, tokenizer, request)
-    if request.proposal == "tree" and num_speculative_tokens is not None:
-        num_speculative_tokens = loaded.tree.depth
-    if settings is not None:
-        runtime = hybrid_runtime(
-            folder, record, loaded, num_speculative_tokens, proposal, settings, tokenizer
-        )
+    if settings.drafts_tree:
+        depth = loaded.tree.depth if settings.num_speculative_tokens is not None else None
+        settings = replace(settings, tree=loaded.tree, num_speculative_tokens=depth)
+    if settings.hybrid is not None:
+        runtime = hybrid_runtime(folder, record, loaded, settings, tokenizer)
     else:
-        runtime = DrafterRuntime(
-            folder,
-            record,
-            loaded.module,
-            loaded.make_proposer,
-            num_speculative_tokens,
-            proposal,
-            loaded.tree,
-        )
+        runtime = DrafterRuntime(folder, record, loaded.module, loaded.make_proposer, settings)
     runtime.sha256 = digest
     return runtime
 
@@ -188,104 +134,22 @@ def _load_module(spec, folder, record, target, tokenizer, request) -> LoadedDraf
         ) from err
 
 
-#: the family name of the training-free n-gram proposer in reports
-PROMPT_LOOKUP = "prompt_lookup"
-
-
-def prompt_lookup_runtime(
-    num_speculative_tokens: int = NUM_SPECULATIVE_TOKENS, min_ngram: int = 1, max_ngram: int = 3
-) -> DrafterRuntime:
-    """Prompt lookup (n-gram copying, no weights) as a runtime `draftzoo.eval` can measure."""
-
-    def make() -> Proposer:
-        return PromptLookupProposer(min_ngram, max_ngram)
-
-    record = {"family": PROMPT_LOOKUP, "ngram": [min_ngram, max_ngram], "training": {}}
-    return DrafterRuntime(
-        Path(PROMPT_LOOKUP), record, nn.Module(), make, num_speculative_tokens, "chain"
-    )
-
-
-def _hybrid_settings(
-    proposal: str, hybrid: HybridSettings | None, suffix: SuffixSettings | None
-) -> HybridSettings | None:
-    """A hybrid proposal's settings, `suffix` replacing their suffix settings when given; None
-    for other proposals, which take no hybrid settings."""
-    if proposal not in HYBRIDS:
-        if hybrid is not None:
-            raise ProposerError(f"hybrid settings are a hybrid proposal's, not {proposal!r}'s")
-        return None
-    settings = hybrid or HybridSettings()
-    return settings if suffix is None else replace(settings, suffix=suffix)
-
-
-#: proposals that merge suffix decoding's branches into what the drafter proposes: its chain
-#: (any family) or its tree (families that draft trees)
-HYBRIDS = {"hybrid": "chain", "hybrid-tree": "tree"}
-
-
 def hybrid_runtime(
     folder: Path,
     record: dict[str, Any],
     loaded: LoadedDrafter,
-    num_speculative_tokens: int | None,
-    proposal: str,
-    settings: HybridSettings,
+    settings: ProposalSettings,
     tokenizer=None,
 ) -> DrafterRuntime:
     """A loaded drafter whose every request's proposer is a `HybridProposer` over it, all
     sharing one global suffix cache (emptied before each measured pass; kept in a file when
     the settings name one, which needs the target's `tokenizer`)."""
-    cache = global_cache(settings.suffix, tokenizer)
+    cache = global_cache(settings.hybrid.suffix, tokenizer)
 
     def make() -> Proposer:
-        return HybridProposer(loaded.make_proposer(), settings, cache)
+        return HybridProposer(loaded.make_proposer(), settings.hybrid, cache)
 
-    return DrafterRuntime(
-        folder,
-        record,
-        loaded.module,
-        make,
-        num_speculative_tokens,
-        proposal,
-        loaded.tree,
-        cache.clear,
-        hybrid_rule=settings.rule(),
-    )
-
-
-#: the family name of training-free suffix decoding in reports
-SUFFIX_DECODING = "suffix_decoding"
-#: the proposers that need no drafter, by their family name in reports
-MODEL_FREE = (PROMPT_LOOKUP, SUFFIX_DECODING)
-
-
-def suffix_runtime(
-    num_speculative_tokens: int | None = NUM_SPECULATIVE_TOKENS,
-    settings: SuffixSettings | None = None,
-    cache: SuffixCache | None = None,
-    tokenizer=None,
-) -> DrafterRuntime:
-    """Suffix decoding (no weights) as a runtime `draftzoo.eval` can measure; every request's
-    proposer shares the global `cache` (by default the one the settings describe)."""
-    settings = settings or SuffixSettings()
-    cache = cache if cache is not None else global_cache(settings, tokenizer)
-
-    def make() -> Proposer:
-        return SuffixProposer(settings, cache)
-
-    record = {"family": SUFFIX_DECODING, "suffix": asdict(settings), "training": {}}
-    proposal = "tree" if settings.tree else "chain"
-    return DrafterRuntime(
-        Path(SUFFIX_DECODING),
-        record,
-        nn.Module(),
-        make,
-        num_speculative_tokens,
-        proposal,
-        settings if settings.tree else None,
-        cache.clear,
-    )
+    return DrafterRuntime(folder, record, loaded.module, make, settings, cache.clear)
 
 
 class LoadArgumentError(DraftzooError, TypeError):
@@ -320,9 +184,9 @@ def load(
     target=None,
     tokenizer=None,
     *,
-    proposal: str | None = None,
+    proposal: ProposalSettings | str | None = None,
     num_speculative_tokens: int | Literal["published"] | None = AS_PUBLISHED,
-    tree: TreeSettings | PositionTree | None = None,
+    tree: Any = None,
     dtype: torch.dtype = torch.float32,
     device=None,
     zoos: list[Path] | None = None,
@@ -333,21 +197,26 @@ def load(
     """A `SpeculativeGenerator` for a published drafter (zoo name) or a drafter folder.
 
     `target`: a transformers causal LM, or its folder / hub name; None loads the target the
-    drafter was trained for (a record that names none needs `target`). `proposal` /
-    `num_speculative_tokens` / `tree` default to the settings the drafter's published
-    evaluation used (a chain of `NUM_SPECULATIVE_TOKENS` when unpublished);
-    `num_speculative_tokens=None` chooses the length every round from the measured acceptance
-    and draft/verify cost (`AdaptiveLength`).
+    drafter was trained for (a record that names none needs `target`). How it proposes
+    defaults to the settings the drafter's published evaluation used (a chain of
+    `NUM_SPECULATIVE_TOKENS` when unpublished); `proposal` replaces them (a
+    `ProposalSettings`, or a kind's name: "chain", "tree", "hybrid", "hybrid-tree"), and each
+    keyword given replaces its part: `num_speculative_tokens` (None: chosen every round from
+    the measured acceptance and draft/verify cost, `AdaptiveLength`), `tree` (a tree of the
+    family's kind, e.g. `TreeSettings(top_k=8)` for EAGLE, `PositionTree(...)` for Medusa and
+    DFlash), `hybrid` (e.g. `HybridSettings(pace=False)`: by scores alone, untimed), `suffix`
+    (the hybrid's suffix settings, e.g. `SuffixSettings(tree=True, cache_path="cache.json")`
+    to keep what earlier processes generated).
     `cache`: how the target's and the drafter's KV caches are kept, e.g.
     `CacheSettings(static=True, max_length=4096)`: buffers allocated once, whose decode
-    forwards replay as CUDA graphs on a GPU. Hybrid proposals: `suffix`, e.g.
-    `SuffixSettings(tree=True, cache_path="suffix-cache.json")` to keep what earlier processes
-    generated; `hybrid`, e.g. `HybridSettings(pace=False)`: by scores alone, untimed (default:
-    the rule the published evaluation recorded)."""
+    forwards replay as CUDA graphs on a GPU."""
     _check_load_arguments(name_or_path, target, dtype, device)
     folder, entry = _drafter_folder(name_or_path, zoos, target)
     record = read_drafter_record(folder)
-    serving = (entry or {}).get("serving", {})
+    published = _published(entry, record)
+    settings = asked(
+        published, proposal, num_speculative_tokens, tree, hybrid, suffix, AS_PUBLISHED
+    )
     if target is None or isinstance(target, str | Path):
         target, loaded_tokenizer = load_target(
             str(target or recorded_target(record)), dtype, device
@@ -357,18 +226,7 @@ def load(
         from ..architectures.safe_load import load_tokenizer
 
         tokenizer = load_tokenizer(target.config._name_or_path)
-    runtime = load_drafter(
-        folder,
-        target,
-        tokenizer,
-        proposal or serving.get("proposal", "chain"),
-        _speculative_tokens(num_speculative_tokens, serving),
-        tree if tree is not None else serving.get("tree"),
-        cache,
-        record,
-        suffix,
-        hybrid if hybrid is not None else _published_rule(serving, proposal),
-    )
+    runtime = load_drafter(folder, target, tokenizer, settings, cache, record)
     generator = SpeculativeGenerator(
         target, tokenizer, runtime.make_proposer(), runtime.num_speculative_tokens, cache
     )
@@ -376,16 +234,18 @@ def load(
     return generator
 
 
-def _published_rule(serving: dict[str, Any], proposal: str | None) -> HybridSettings | None:
-    """The hybrid rule a zoo entry was measured with, when it is served as measured (None:
-    today's default rule)."""
-    rule = serving.get("hybrid_rule")
-    if rule is None or (proposal or serving.get("proposal")) not in HYBRIDS:
+def _published(entry: dict[str, Any] | None, record: dict[str, Any]) -> ProposalSettings | None:
+    """The settings a zoo entry was measured with (None: not a zoo entry)."""
+    if entry is None or "serving" not in entry:
         return None
     try:
-        return HybridSettings(**rule)
-    except (TypeError, GenerationError) as err:
-        raise ZooError(f"a zoo entry's serving.hybrid_rule {rule!r} is not a rule: {err}") from err
+        tree_kind = family_spec(record["family"]).tree_class()
+    except UnknownFamilyError:
+        tree_kind = None
+    try:
+        return from_serving(entry["serving"], tree_kind)
+    except DraftzooError as err:
+        raise ZooError(f"a zoo entry's {err}") from err
 
 
 def _drafter_folder(name_or_path, zoos, target) -> tuple[Path, dict[str, Any] | None]:
@@ -396,66 +256,38 @@ def _drafter_folder(name_or_path, zoos, target) -> tuple[Path, dict[str, Any] | 
     return drafter_from_peer(folder, named), entry
 
 
-def _speculative_tokens(asked: int | str | None, serving: dict[str, Any]) -> int | None:
-    """The fixed length `load` was asked for, None for adaptive, or the published one."""
-    if asked == AS_PUBLISHED:
-        return serving.get("num_speculative_tokens", NUM_SPECULATIVE_TOKENS)
-    if asked is not None and (not isinstance(asked, int) or asked < 1):
-        raise GenerationError(
-            f"num_speculative_tokens must be an int >= 1, None (adaptive) or {AS_PUBLISHED!r}; "
-            f"got {asked!r}"
-        )
-    return asked
-
-
 def build_generator(
     target: str | None = None,
     drafter: str | Path | None = None,
     draft_model: str | None = None,
-    prompt_lookup: tuple[int, int] | None = None,
-    suffix: SuffixSettings | None = None,
+    model_free: tuple[ModelFreeSpec, Any] | None = None,
     *,
-    proposal: str = "chain",
-    num_speculative_tokens: int | None = None,
-    tree: TreeSettings | None = None,
+    proposal: ProposalSettings | None = None,
     device: str | None = None,
     cache: CacheSettings = GROWING,
-    hybrid: HybridSettings | None = None,
 ) -> SpeculativeGenerator:
     """The generator `draftzoo generate` runs: a draftzoo `drafter` (folder or zoo name; its
-    own target by default), a plain `draft_model` (any causal LM on the target's tokenizer),
-    `prompt_lookup` n-grams (min, max), `suffix` decoding (beside a drafter: the hybrid's
-    suffix settings), or target-only decoding when none is given.
-    `num_speculative_tokens=None`: adaptive. `tree`: None serves a published drafter's tree."""
+    own target by default) proposing as `proposal` asks (None: as published), a plain
+    `draft_model` (any causal LM on the target's tokenizer), a `model_free` proposer (its spec
+    and settings), or target-only decoding when none is given."""
 
     from ..architectures.defaults import COMMITTED_TARGET
     from ..architectures.safe_load import load_causal_lm, load_tokenizer
-    from .proposers import DraftModelProposer
+    from .proposers import DraftModelProposer, ProposerError
 
     if drafter is not None:
-        if suffix is not None and proposal not in HYBRIDS:
-            raise ProposerError("suffix settings beside a drafter are a hybrid's (--hybrid)")
-        return load(
-            drafter,
-            target,
-            proposal=proposal,
-            num_speculative_tokens=num_speculative_tokens,
-            tree=tree,
-            device=device,
-            cache=cache,
-            suffix=suffix,
-            hybrid=hybrid,
-        )
-    if proposal != "chain":
-        raise ProposerError("trees need a drafter that drafts them (--drafter)")
+        return load(drafter, target, proposal=proposal, device=device, cache=cache)
+    proposal = proposal or ProposalSettings(num_speculative_tokens=None)
+    if proposal.hybrid is not None or (proposal.drafts_tree and model_free is None):
+        raise ProposerError(f"a {proposal.kind} proposal needs a drafter (--drafter)")
     model, tokenizer = load_target(target or COMMITTED_TARGET, device=device)
     proposer = None
-    if prompt_lookup is not None:
-        proposer = PromptLookupProposer(*prompt_lookup)
-    elif suffix is not None:
-        proposer = SuffixProposer(suffix, global_cache(suffix, tokenizer))
+    if model_free is not None:
+        spec, settings = model_free
+        proposer = spec.build(settings, proposal, tokenizer).make_proposer()
     elif draft_model is not None:
         location = target_location(draft_model)
         draft = load_causal_lm(location, dtype=torch.float32).to(model.device)
         proposer = DraftModelProposer(draft, load_tokenizer(location), tokenizer, cache)
-    return SpeculativeGenerator(model, tokenizer, proposer, num_speculative_tokens, cache)
+    n = proposal.num_speculative_tokens
+    return SpeculativeGenerator(model, tokenizer, proposer, n, cache)

@@ -32,17 +32,17 @@ from .graphs import CapturedCall, use_cuda_graphs
 from .position_tree import PositionTree, TreeDraw, resolve_position_tree
 from .proposers import Proposer, ProposerError
 from .sampling import SamplingParams
-from .tree import Proposal, TreeSettings
+from .tree import Proposal
 
 #: Medusa's static tree is the shared per-position tree (inference/position_tree.py)
 MedusaTree = PositionTree
 
 
 def resolve_medusa_tree(
-    tree: PositionTree | TreeSettings, num_heads: int, calibrated: PositionTree | None = None
+    tree: PositionTree | None, num_heads: int, calibrated: PositionTree | None = None
 ) -> PositionTree:
     """The Medusa tree to draft (`resolve_position_tree` for `num_heads` heads)."""
-    return resolve_position_tree(tree, num_heads, "Medusa heads", calibrated)
+    return resolve_position_tree(tree, num_heads, calibrated)
 
 
 def calibrated_tree(record: dict) -> MedusaTree | None:
@@ -160,16 +160,13 @@ def load_runtime(folder: Path, record: dict, target, tokenizer, request: Drafter
     heads = load_medusa(Path(folder), adapter, dtype=target.dtype, record=record)
     length = request.num_speculative_tokens
     tree = None
-    if request.proposal == "chain" and length is not None and length > heads.num_heads:
+    if not request.drafts_tree and length is not None and length > heads.num_heads:
         raise ProposerError(
             f"drafter {folder} has {heads.num_heads} Medusa heads, so its chains are at most "
             f"{heads.num_heads} tokens long; asked for {length}"
         )
-    if request.proposal == "tree":
-        tree = request.tree
-        if request.published_tree is not None:
-            tree = MedusaTree(tuple(tuple(path) for path in request.published_tree["choices"]))
-        tree = resolve_medusa_tree(tree or TreeSettings(), heads.num_heads, calibrated_tree(record))
+    if request.drafts_tree:
+        tree = resolve_medusa_tree(request.tree_or(None), heads.num_heads, calibrated_tree(record))
 
     # built now, so a tree the heads cannot draft is refused before the target is touched;
     # the first request gets it

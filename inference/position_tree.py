@@ -12,15 +12,17 @@ distributed as the target's.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import argparse
+import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import torch
 
 from ..architectures.tree_search import calibrated_choices, estimated_acceptance
-from .proposers import ProposerError
 from .sampling import SamplingParams, gumbel_pick, probabilities
-from .tree import Proposal, TreeSettings
+from .tree import Proposal, TreeOption
 
 #: a sparse 16-node tree 4 positions deep: wide near the root, one path deep
 DEFAULT_CHOICES: tuple[tuple[int, ...], ...] = (
@@ -43,9 +45,41 @@ DEFAULT_CHOICES: tuple[tuple[int, ...], ...] = (
 )
 
 
+def _rank(value) -> int:
+    """One rank of a tree path: a JSON integer (not 1.0, 1e400 or true)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"rank {value!r} is not an integer")
+    return value
+
+
+def parse_choices(text: str) -> tuple[tuple[int, ...], ...]:
+    """--tree-choices: JSON paths of non-negative ranks, every path's parent listed."""
+    try:
+        paths = json.loads(text)
+        if not isinstance(paths, list) or not paths:
+            raise ValueError("not a list of paths")
+        return PositionTree(tuple(tuple(_rank(r) for r in path) for path in paths)).choices
+    except (ValueError, TypeError, RecursionError) as err:
+        raise argparse.ArgumentTypeError(
+            f"not a tree of rank paths like [[0],[1],[0,0]] ({err}): {text!r}"
+        ) from err
+
+
 @dataclass(frozen=True)
 class PositionTree:
-    """A static tree: paths of per-position top-k indices (Medusa's `medusa_choices`)."""
+    """A static tree: paths of per-position top-k indices (Medusa's `medusa_choices`; a tree
+    kind: `inference.proposal_settings.TreeKind`)."""
+
+    OPTIONS: ClassVar[tuple[TreeOption, ...]] = (
+        TreeOption(
+            "--tree-choices",
+            "choices",
+            parse_choices,
+            "Medusa and DFlash: a static tree over the drafted positions' candidates, as JSON "
+            "paths of per-position ranks (Medusa's medusa_choices), e.g. '[[0],[1],[0,0]]' "
+            "(default: the drafter's calibrated tree, else a 16-node tree)",
+        ),
+    )
 
     choices: tuple[tuple[int, ...], ...] = DEFAULT_CHOICES
 
@@ -59,6 +93,18 @@ class PositionTree:
         if missing:
             raise ValueError(f"a position tree needs every path's parent; missing {missing}")
         object.__setattr__(self, "choices", tuple(sorted(paths, key=lambda p: (len(p), p))))
+
+    def record(self) -> dict[str, Any]:
+        return {"choices": [list(path) for path in self.choices]}
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> PositionTree:
+        if set(record) != {"choices"} or not isinstance(record["choices"], list | tuple):
+            raise ValueError(f"a position tree is {{'choices': [[rank, ...], ...]}}, got {record}")
+        return cls(tuple(tuple(path) for path in record["choices"]))
+
+    def describe(self) -> str:
+        return f"tree ({len(self.choices)} nodes)"
 
     @classmethod
     def default(cls, positions: int) -> PositionTree:
@@ -100,21 +146,12 @@ class PositionTree:
 
 
 def resolve_position_tree(
-    tree: PositionTree | TreeSettings | None,
-    positions: int,
-    drafter: str,
-    calibrated: PositionTree | None = None,
+    tree: Any, positions: int, calibrated: PositionTree | None = None
 ) -> PositionTree:
-    """The tree to draft: a `PositionTree` as given; for tree settings left at EAGLE's defaults
-    (none named), the drafter's `calibrated` tree, else the default tree cut to `positions`.
-    EAGLE settings that were changed are refused rather than ignored."""
+    """The tree to draft: a `PositionTree` as given; otherwise (the family's own tree asked
+    for) the drafter's `calibrated` tree, else the default tree cut to `positions`."""
     if isinstance(tree, PositionTree):
         return tree
-    if tree is not None and tree != TreeSettings():
-        raise ProposerError(
-            f"EAGLE tree settings (top_k, depth, total_tokens, sampled_children) do not apply "
-            f"to {drafter}; pass a PositionTree(choices=...)"
-        )
     return calibrated if calibrated is not None else PositionTree.default(positions)
 
 

@@ -58,47 +58,6 @@ class Proposer(Protocol):
         across requests keep what they need)."""
 
 
-#: prompt lookup's n-gram lengths (transformers' and vLLM's defaults)
-MIN_NGRAM, MAX_NGRAM = 1, 3
-
-
-def lookup_match(
-    context: list[int], max_tokens: int, min_ngram: int = MIN_NGRAM, max_ngram: int = MAX_NGRAM
-) -> tuple[int, list[int]]:
-    """(n, the up to `max_tokens` tokens that followed the most recent earlier occurrence of the
-    context's last n tokens), for the longest n in max_ngram..min_ngram that has one; (0, [])
-    when none does."""
-    length = len(context)
-    for n in range(min(max_ngram, length - 1), min_ngram - 1, -1):
-        suffix = context[length - n :]
-        for start in range(length - n - 1, -1, -1):
-            if context[start : start + n] == suffix:
-                follow = context[start + n : start + n + max_tokens]
-                if follow:
-                    return n, follow
-    return 0, []
-
-
-class PromptLookupProposer(Proposer):
-    """n-gram lookup in the context (no model): copy what followed the last match.
-
-    Tries the longest suffix n-gram first (max_ngram down to min_ngram) and takes the most
-    recent earlier occurrence, as transformers' `prompt_lookup_num_tokens` and vLLM's ngram
-    proposer do.
-    """
-
-    def __init__(self, min_ngram: int = MIN_NGRAM, max_ngram: int = MAX_NGRAM) -> None:
-        if not 1 <= min_ngram <= max_ngram:
-            raise ProposerError(
-                f"prompt lookup needs 1 <= min_ngram <= max_ngram, got {min_ngram}, {max_ngram}"
-            )
-        self.min_ngram, self.max_ngram = min_ngram, max_ngram
-
-    def propose(self, context, max_tokens, params, generator) -> Proposal:
-        _, follow = lookup_match(context, max_tokens, self.min_ngram, self.max_ngram)
-        return Proposal.chain(follow)
-
-
 def vocabularies_match(draft_tokenizer, target_tokenizer) -> bool:
     """Same token -> id map, special tokens included."""
     return draft_tokenizer.get_vocab() == target_tokenizer.get_vocab()

@@ -28,8 +28,9 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections import deque
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, ClassVar
 
 import torch
 
@@ -67,6 +68,19 @@ class SuffixSettings:
             raise GenerationError(
                 f"suffix min_token_prob must be in [0, 1], got {self.min_token_prob}"
             )
+
+    #: as a tree kind (`inference.proposal_settings.TreeKind`): `--tree` alone shapes it
+    OPTIONS: ClassVar[tuple] = ()
+
+    def record(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> SuffixSettings:
+        return cls(**record)
+
+    def describe(self) -> str:
+        return f"suffix tree (up to {self.max_draft} tokens)"
 
     @property
     def max_match(self) -> int:

@@ -3,7 +3,9 @@ EAGLE-2's dynamic-tree budget."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from typing import Any, ClassVar
 
 import torch
 
@@ -198,8 +200,36 @@ TREE_LIMITS = {"top_k": 256, "depth": 64, "total_tokens": 2048, "sampled_childre
 
 
 @dataclass(frozen=True)
+class TreeOption:
+    """One command-line flag of a tree kind: `--flag VALUE` sets `field`."""
+
+    flag: str
+    field: str
+    parse: Callable[[str], Any]
+    help: str
+
+    @property
+    def dest(self) -> str:
+        """The flag's name in parsed arguments and in a report's flat config."""
+        return self.flag[2:].replace("-", "_")
+
+
+@dataclass(frozen=True)
 class TreeSettings:
-    """EAGLE-2 dynamic-tree budget."""
+    """EAGLE-2 dynamic-tree budget (a tree kind: `inference.proposal_settings.TreeKind`)."""
+
+    OPTIONS: ClassVar[tuple[TreeOption, ...]] = (
+        TreeOption("--tree-top-k", "top_k", int, "EAGLE-2: children per node (default 10)"),
+        TreeOption("--tree-depth", "depth", int, "EAGLE-2: maximum depth (default 6)"),
+        TreeOption("--tree-tokens", "total_tokens", int, "EAGLE-2: draft tokens kept (default 60)"),
+        TreeOption(
+            "--tree-sampled-children",
+            "sampled_children",
+            int,
+            "EAGLE-2 at T > 0: children sampled (without replacement) per expanded node "
+            "(default 3)",
+        ),
+    )
 
     top_k: int = 10  # the frontier width (nodes expanded per depth); T = 0: children scored
     depth: int = 6  # maximum tree depth (draft tokens on one path)
@@ -217,3 +247,13 @@ class TreeSettings:
                     f"tree {name} {getattr(self, name)} is over {most}: a verification tree that "
                     "size would not fit a forward (EAGLE-2 uses top_k 10, depth 6, 60 tokens)"
                 )
+
+    def record(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> TreeSettings:
+        return cls(**record)
+
+    def describe(self) -> str:
+        return f"dynamic tree ({self.total_tokens} tokens, depth {self.depth})"

@@ -24,6 +24,7 @@ from draftzoo.architectures.families import (
     unregister,
 )
 from draftzoo.cli import main
+from draftzoo.inference.proposal_settings import from_name
 from tests.toy_family.architecture import TOY_SPEC
 
 REPO = Path(__file__).resolve().parents[1]
@@ -137,7 +138,7 @@ def test_a_sixth_family_needs_only_its_files_and_one_registry_entry(
     from draftzoo.inference.sampling import SamplingParams
 
     model, tokenizer, _ = tiny_target_model
-    runtime = load_drafter(toy_drafter, model, tokenizer, "chain", 3)
+    runtime = load_drafter(toy_drafter, model, tokenizer, from_name("chain", 3))
     params = SamplingParams(temperature=0.0, max_new_tokens=24)
     prompt = "def add(a, b):\n"
     plain = SpeculativeGenerator(model, tokenizer, None).generate(prompt, params)
@@ -147,7 +148,7 @@ def test_a_sixth_family_needs_only_its_files_and_one_registry_entry(
     assert drafted.token_ids == plain.token_ids
     assert drafted.metrics.num_target_forwards <= plain.metrics.num_target_forwards
     with pytest.raises(ProposerError, match="Toy bigram drafter drafts chains only"):
-        load_drafter(toy_drafter, model, tokenizer, "tree", 3)
+        load_drafter(toy_drafter, model, tokenizer, from_name("tree", 3))
 
     exported = tmp_path / "exported"
     argv = ["export", str(toy_drafter), "--format", "npz", "--output-dir", str(exported)]

@@ -36,6 +36,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from draftzoo.inference.proposal_settings import from_name
 from tests.suite_counts import KILLS
 from tests.train.helpers import recipe_yaml, tiny_recipe, write_chat_jsonl
 
@@ -226,7 +227,7 @@ def _measured(folder: Path, target_model, report_dir: Path) -> tuple[Path, Path]
     from draftzoo.inference.load import load_drafter
 
     model, tokenizer, path = target_model
-    drafter = load_drafter(folder, model, tokenizer, "chain", 3)
+    drafter = load_drafter(folder, model, tokenizer, from_name("chain", 3))
     config = EvalConfig(
         max_prompts=2, max_new_tokens=12, temperatures=(0.0,), certificate_samples=300
     )

@@ -19,6 +19,7 @@ from draftzoo.eval.publish import PublishError, publish
 from draftzoo.eval.runner import EvalConfig, evaluate, write_report
 from draftzoo.inference import round as runtime_round
 from draftzoo.inference.load import load_drafter
+from draftzoo.inference.proposal_settings import from_name
 from draftzoo.inference.sampling import SamplingParams, probabilities
 
 SETTINGS = CertificateConfig(prompts=2, samples=1500)
@@ -76,7 +77,7 @@ def test_the_exact_runtime_passes_and_lossy_rules_fail(monkeypatch):
 
 def _evaluated(tiny_drafters, tiny_target_model, out: Path, samples: int) -> Path:
     model, tokenizer, path = tiny_target_model
-    drafter = load_drafter(tiny_drafters["draft_lm"], model, tokenizer, "chain", 3)
+    drafter = load_drafter(tiny_drafters["draft_lm"], model, tokenizer, from_name("chain", 3))
     config = EvalConfig(
         max_prompts=4,
         max_new_tokens=8,

@@ -12,6 +12,7 @@ from draftzoo.data.prompts import PromptSetError, load_prompt_set
 from draftzoo.eval.plots import crossover, plot_report
 from draftzoo.eval.runner import EvalConfig, evaluate, summary_text, write_report
 from draftzoo.inference.load import load_drafter, load_target
+from draftzoo.inference.proposal_settings import from_name
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -30,7 +31,7 @@ def question_file(path: Path) -> Path:
 @pytest.fixture(scope="module")
 def eagle3_report(tiny_drafters, tiny_target_model, tmp_path_factory):
     model, tokenizer, path = tiny_target_model
-    drafter = load_drafter(tiny_drafters["eagle3"], model, tokenizer, "chain", 3)
+    drafter = load_drafter(tiny_drafters["eagle3"], model, tokenizer, from_name("chain", 3))
     questions = question_file(tmp_path_factory.mktemp("q") / "question.jsonl")
     config = EvalConfig(
         prompt_sets=(str(questions),),
@@ -129,6 +130,8 @@ def test_question_files_and_their_errors(tmp_path):
 def test_config_rejects_contradictions():
     with pytest.raises(ValueError, match="proposal"):
         EvalConfig(proposal="beam")
+    with pytest.raises(ValueError, match="fixes num_speculative_tokens"):
+        EvalConfig(proposal=from_name("chain", None))
     with pytest.raises(ValueError, match="batch sizes"):
         EvalConfig(batch_sizes=(0,))
     with pytest.raises(ValueError, match="dtype must be one of"):
@@ -180,12 +183,12 @@ def test_teacher_forced_reports_split_the_first_step_by_draft_position(
     from draftzoo.inference.sampling import SamplingParams
 
     model, tokenizer, path = tiny_target_model
-    drafter = load_drafter(tiny_drafters["eagle3"], model, tokenizer, "chain", 3)
+    drafter = load_drafter(tiny_drafters["eagle3"], model, tokenizer, from_name("chain", 3))
     config = EvalConfig(
         max_prompts=2,
         max_new_tokens=12,
         temperatures=(0.0,),
-        num_speculative_tokens=3,
+        proposal=from_name("chain", 3),
         teacher_forced=True,
         position_edges=(24,),
         certificate_samples=0,
@@ -228,11 +231,11 @@ def test_teacher_forced_field_is_the_chains_teacher_forced_score(
     from draftzoo.inference.sampling import SamplingParams
 
     model, tokenizer, path = tiny_target_model
-    drafter = load_drafter(tiny_drafters["eagle3"], model, tokenizer, "chain", 3)
+    drafter = load_drafter(tiny_drafters["eagle3"], model, tokenizer, from_name("chain", 3))
     config = EvalConfig(
         max_prompts=2,
         max_new_tokens=12,
-        num_speculative_tokens=3,
+        proposal=from_name("chain", 3),
         teacher_forced=True,
         certificate_samples=0,
     )
@@ -259,7 +262,7 @@ def test_teacher_forced_field_is_the_chains_teacher_forced_score(
         "d", record, report, [], "draftzoo train R"
     )
 
-    draft_lm = load_drafter(tiny_drafters["draft_lm"], model, tokenizer, "chain", 3)
+    draft_lm = load_drafter(tiny_drafters["draft_lm"], model, tokenizer, from_name("chain", 3))
     with pytest.raises(ValueError, match="scores EAGLE-1, EAGLE-3 drafters"):
         evaluate(model, tokenizer, draft_lm, config, str(path), show_progress=False)
     assert main(["eval", str(tiny_drafters["draft_lm"]), "--teacher-forced"]) == 2

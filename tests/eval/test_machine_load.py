@@ -14,6 +14,7 @@ import pytest
 
 from draftzoo.eval import machine_load
 from draftzoo.eval.machine_load import MachineLoad, timing_verdict
+from draftzoo.inference.proposal_settings import from_name
 
 
 @pytest.fixture
@@ -61,7 +62,7 @@ def test_an_eval_beside_burners_is_marked_and_publish_refuses_it(
 
     model, tokenizer, path = tiny_target_model
     folder = tiny_drafters["eagle3"]
-    drafter = load_drafter(folder, model, tokenizer, "chain", 3)
+    drafter = load_drafter(folder, model, tokenizer, from_name("chain", 3))
     config = EvalConfig(
         max_prompts=2, max_new_tokens=12, temperatures=(0.0,), certificate_samples=300
     )

@@ -18,6 +18,7 @@ from draftzoo.eval.publish import PublishError, publish
 from draftzoo.eval.runner import EvalConfig, evaluate, write_report
 from draftzoo.inference.generate import SpeculativeGenerator
 from draftzoo.inference.load import load_drafter
+from draftzoo.inference.proposal_settings import from_name
 from draftzoo.inference.sampling import SamplingParams
 
 
@@ -28,7 +29,7 @@ def measured(tiny_drafters, tiny_target_model, tmp_path_factory):
     root = tmp_path_factory.mktemp("reports")
     out = {}
     for family, folder in tiny_drafters.items():
-        drafter = load_drafter(folder, model, tokenizer, "chain", 3)
+        drafter = load_drafter(folder, model, tokenizer, from_name("chain", 3))
         config = EvalConfig(
             max_prompts=2, max_new_tokens=16, temperatures=(0.0,), certificate_samples=300
         )
@@ -261,7 +262,7 @@ def test_a_report_names_the_weights_it_decoded_not_the_folders_later_ones(
     folder = tmp_path / "drafter"
     shutil.copytree(tiny_drafters["eagle3"], folder)
     loaded = checkpoint_hash(folder)
-    drafter = load_drafter(folder, model, tokenizer, "chain", 3)
+    drafter = load_drafter(folder, model, tokenizer, from_name("chain", 3))
     tensors = load_file(str(folder / "model.safetensors"))
     save_file({k: v * 2 for k, v in tensors.items()}, str(folder / "model.safetensors"))
     config = EvalConfig(
@@ -287,7 +288,7 @@ def test_a_drafter_without_recorded_costs_shows_a_reruns_figures(
     for key in ("supervised_tokens_per_second", "peak_memory_mb", "peak_memory_kind", "capture"):
         record["training"].pop(key)
     (folder / "draftzoo.json").write_text(json.dumps(record))
-    drafter = load_drafter(folder, model, tokenizer, "chain", 3)
+    drafter = load_drafter(folder, model, tokenizer, from_name("chain", 3))
     config = EvalConfig(
         max_prompts=1, max_new_tokens=8, temperatures=(0.0,), certificate_samples=300
     )

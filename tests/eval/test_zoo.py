@@ -13,6 +13,7 @@ from draftzoo.architectures.drafter_io import checkpoint_hash
 from draftzoo.architectures.zoo_index import ZooIndex, builtin_zoo_dir
 from draftzoo.data.prompts import load_prompt_set
 from draftzoo.inference.cache_settings import CacheSettings
+from draftzoo.inference.proposal_settings import from_name
 from draftzoo.inference.sampling import SamplingParams
 
 ENTRIES = ZooIndex(builtin_zoo_dir()).entries()
@@ -203,8 +204,8 @@ def test_a_draft_lm_shipping_pickled_weights_is_refused(tmp_path):
     folder = tmp_path / "draft"
     shutil.copytree(ZooIndex(builtin_zoo_dir()).folder("draft-lm-testbed-small"), folder)
     model, tokenizer = load_target("testbed-small")
-    assert load_drafter(folder, model, tokenizer, "chain", 3).family == "draft_lm"
+    assert load_drafter(folder, model, tokenizer, from_name("chain", 3)).family == "draft_lm"
     torch.save(load_file(folder / "model.safetensors"), folder / "pytorch_model.bin")
     (folder / "model.safetensors").unlink()
     with pytest.raises(DrafterError, match="safetensors and JSON only"):
-        load_drafter(folder, model, tokenizer, "chain", 3)
+        load_drafter(folder, model, tokenizer, from_name("chain", 3))

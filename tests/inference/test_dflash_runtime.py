@@ -17,6 +17,7 @@ from draftzoo.inference.dflash import DflashProposer
 from draftzoo.inference.generate import SpeculativeGenerator, fused_states
 from draftzoo.inference.load import load_drafter
 from draftzoo.inference.position_tree import PositionTree
+from draftzoo.inference.proposal_settings import from_name
 from draftzoo.inference.proposers import ProposerError
 from draftzoo.inference.sampling import SamplingParams
 from draftzoo.inference.tree import TreeSettings
@@ -122,7 +123,7 @@ def test_load_drafter_refuses_longer_chains_deeper_trees_and_another_target(
     drafter_dir, target_and_tokenizer, reference
 ):
     model, tokenizer = target_and_tokenizer
-    runtime = load_drafter(drafter_dir, model, tokenizer, "chain", 3)
+    runtime = load_drafter(drafter_dir, model, tokenizer, from_name("chain", 3))
     assert runtime.family == "dflash" and runtime.module.block_size == 4
     generator = SpeculativeGenerator(model, tokenizer, runtime.make_proposer(), 3)
     assert (
@@ -130,17 +131,17 @@ def test_load_drafter_refuses_longer_chains_deeper_trees_and_another_target(
         == (reference[1])
     )
     with pytest.raises(ProposerError, match="at most 3 tokens long; asked for 9"):
-        load_drafter(drafter_dir, model, tokenizer, "chain", 9)
-    tree = load_drafter(drafter_dir, model, tokenizer, "tree", 3)
-    assert tree.proposal == "tree" and tree.tree == PositionTree.default(3)
+        load_drafter(drafter_dir, model, tokenizer, from_name("chain", 9))
+    tree = load_drafter(drafter_dir, model, tokenizer, from_name("tree", 3))
+    assert tree.settings.drafts_tree and tree.tree == PositionTree.default(3)
     assert tree.num_speculative_tokens == 3
     with pytest.raises(ProposerError, match="4 deep but the drafter's blocks draft 3"):
-        load_drafter(drafter_dir, model, tokenizer, "tree", 3, PositionTree())
-    with pytest.raises(ProposerError, match="do not apply to DFlash blocks"):
-        load_drafter(drafter_dir, model, tokenizer, "tree", 3, TreeSettings(top_k=4))
+        load_drafter(drafter_dir, model, tokenizer, from_name("tree", 3, PositionTree()))
+    with pytest.raises(ProposerError, match="trees of kind PositionTree"):
+        load_drafter(drafter_dir, model, tokenizer, from_name("tree", 3, TreeSettings(top_k=4)))
     other = _tiny_lm(seed=0, sharpness=1.0)
     with pytest.raises(FingerprintMismatchError, match="built for another target"):
-        load_drafter(drafter_dir, other, None, "chain", 3)
+        load_drafter(drafter_dir, other, None, from_name("chain", 3))
 
 
 #: a 9-node tree over the 3 drafted slots of blocks of 4

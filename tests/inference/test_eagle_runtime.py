@@ -236,7 +236,7 @@ def test_generate_command_drafts_eagle2_trees(drafters, testbed_tiny, capsys):
     out = capsys.readouterr().out
     assert out.startswith(PROMPTS[0]) and "mean_acceptance_length:" in out
     assert main(["generate", "--target", str(testbed_tiny[0]), "--tree", "--prompt", "x"]) == 2
-    assert "--tree needs --drafter" in capsys.readouterr().err
+    assert "a tree proposal needs --drafter" in capsys.readouterr().err
 
 
 def test_static_target_cache_keeps_eagle_outputs_and_tau(drafters, target_and_tokenizer, reference):

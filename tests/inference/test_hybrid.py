@@ -12,7 +12,9 @@ from draftzoo.inference.generate import SpeculativeGenerator
 from draftzoo.inference.hybrid import HybridProposer, HybridSettings, accepted_nodes, merge
 from draftzoo.inference.hybrid_rule import CHOICES, Calibration, Candidate, Choice, Mean, choose
 from draftzoo.inference.load import load_drafter
-from draftzoo.inference.proposers import PromptLookupProposer, ProposerError
+from draftzoo.inference.prompt_lookup import PromptLookupProposer
+from draftzoo.inference.proposal_settings import from_name
+from draftzoo.inference.proposers import ProposerError
 from draftzoo.inference.sampling import SamplingParams
 from draftzoo.inference.suffix import SuffixCache, SuffixSettings
 from draftzoo.inference.tree import Proposal
@@ -49,8 +51,8 @@ def test_greedy_output_equals_target_only_and_the_rule_uses_each_choice(
     tiny_drafters, target_and_tokenizer, reference
 ):
     model, tokenizer = target_and_tokenizer
-    runtime = load_drafter(tiny_drafters["eagle3"], model, tokenizer, "hybrid-tree", 3)
-    assert runtime.proposal == "hybrid-tree"
+    runtime = load_drafter(tiny_drafters["eagle3"], model, tokenizer, from_name("hybrid-tree", 3))
+    assert runtime.settings.kind == "hybrid-tree"
     proposer = runtime.make_proposer()
     generator = SpeculativeGenerator(model, tokenizer, proposer, runtime.num_speculative_tokens)
     params = SamplingParams(max_new_tokens=32)
@@ -172,7 +174,7 @@ def test_plain_steps_and_suffix_rounds_instead_of_a_slow_drafter_keep_greedy_ide
     tiny_drafters, target_and_tokenizer, reference
 ):
     model, tokenizer = target_and_tokenizer
-    runtime = load_drafter(tiny_drafters["eagle3"], model, tokenizer, "hybrid-tree", 3)
+    runtime = load_drafter(tiny_drafters["eagle3"], model, tokenizer, from_name("hybrid-tree", 3))
     # the drafter measured often (and, with decay 0.99, kept) far slower than plain steps:
     # probed every 4 x probe_every rounds
     settings = HybridSettings(SuffixSettings(tree=True), decay=0.99, probe_every=8)
@@ -218,12 +220,12 @@ def test_hybrid_chains_serve_any_family_and_hybrid_trees_need_a_tree_family(
     tiny_drafters, target_and_tokenizer, reference, capsys
 ):
     model, tokenizer = target_and_tokenizer
-    runtime = load_drafter(tiny_drafters["draft_lm"], model, tokenizer, "hybrid", 3)
+    runtime = load_drafter(tiny_drafters["draft_lm"], model, tokenizer, from_name("hybrid", 3))
     generator = SpeculativeGenerator(model, tokenizer, runtime.make_proposer(), 3)
     params = SamplingParams(max_new_tokens=32)
     assert [generator.generate(p, params).token_ids for p in PROMPTS] == reference
     with pytest.raises(ProposerError, match="drafts chains only; hybrid trees"):
-        load_drafter(tiny_drafters["draft_lm"], model, tokenizer, "hybrid-tree", 3)
+        load_drafter(tiny_drafters["draft_lm"], model, tokenizer, from_name("hybrid-tree", 3))
     from draftzoo.cli import main
 
     drafter = str(tiny_drafters["draft_lm"])
@@ -232,7 +234,7 @@ def test_hybrid_chains_serve_any_family_and_hybrid_trees_need_a_tree_family(
     assert err[-1].startswith("draftzoo: error: ") and "drafts chains only; hybrid trees" in err[-1]
     assert main(["generate", "--hybrid", "--prompt", "x"]) == 2
     assert capsys.readouterr().err.strip() == (
-        "draftzoo: error: --hybrid needs --drafter DRAFTER (suffix branches beside its drafts)"
+        "draftzoo: error: draftzoo generate: a hybrid proposal needs --drafter DRAFTER"
     )
 
 
@@ -285,11 +287,11 @@ def test_an_eval_of_a_hybrid_reports_its_rounds_by_the_rules_choice(
     from draftzoo.eval.runner import EvalConfig, evaluate
 
     model, tokenizer, path = tiny_target_model
-    drafter = load_drafter(tiny_drafters["eagle3"], model, tokenizer, "hybrid-tree", 3)
+    drafter = load_drafter(tiny_drafters["eagle3"], model, tokenizer, from_name("hybrid-tree", 3))
     config = EvalConfig(
         max_prompts=3,
         max_new_tokens=24,
-        proposal="hybrid-tree",
+        proposal=from_name("hybrid-tree"),
         certificate_samples=0,
     )
     report = evaluate(model, tokenizer, drafter, config, str(path), show_progress=False)
@@ -325,10 +327,11 @@ def test_the_rule_by_scores_alone_is_asked_for_by_name_and_fixes_a_seeded_sample
         outputs.append(generator.generate(PROMPTS[0], params).token_ids)
     assert outputs[0] == outputs[1]
     with pytest.raises(ProposerError, match="hybrid settings are a hybrid proposal's"):
-        load_drafter(folder, model, tokenizer, "chain", 3, hybrid=by_scores)
+        draftzoo.load(folder, model, tokenizer, proposal="chain", hybrid=by_scores)
     assert main(["generate", "--drafter", str(folder), "--hybrid-by-scores", "--prompt", "x"]) == 2
     assert capsys.readouterr().err.strip() == (
-        "draftzoo: error: --hybrid-by-scores sets the rule of --hybrid: use it with --hybrid"
+        "draftzoo: error: draftzoo generate: --hybrid-by-scores sets the rule of --hybrid: add "
+        "--hybrid"
     )
 
 

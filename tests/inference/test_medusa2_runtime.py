@@ -16,6 +16,7 @@ from draftzoo.architectures.lora_adapter import AdapterError, LoraSpec, attach_l
 from draftzoo.inference.generate import SpeculativeGenerator
 from draftzoo.inference.load import load_drafter
 from draftzoo.inference.medusa import MedusaTree
+from draftzoo.inference.proposal_settings import from_name
 from draftzoo.inference.proposers import ProposerError
 from draftzoo.inference.sampling import SamplingParams
 from tests.inference.helpers import PROMPTS
@@ -57,14 +58,14 @@ def test_merged_target_equals_peft_unmerged_and_differs_from_base(medusa2_folder
             _base(testbed_tiny)[0], str(medusa2_folder / "adapter")
         )
         expected = unmerged(ids).logits
-    runtime = load_drafter(medusa2_folder, base, tokenizer, "chain", 3)
+    runtime = load_drafter(medusa2_folder, base, tokenizer, from_name("chain", 3))
     with torch.no_grad():
         merged = base(ids).logits  # `base` now carries the merged adapter
     torch.testing.assert_close(merged, expected, rtol=1e-4, atol=1e-4)
     assert not torch.allclose(merged, original)
     assert runtime.family == "medusa2"
     # loading again with the same adapter does not merge it twice
-    load_drafter(medusa2_folder, base, tokenizer, "chain", 3)
+    load_drafter(medusa2_folder, base, tokenizer, from_name("chain", 3))
     with torch.no_grad():
         torch.testing.assert_close(base(ids).logits, expected, rtol=1e-4, atol=1e-4)
 
@@ -72,7 +73,7 @@ def test_merged_target_equals_peft_unmerged_and_differs_from_base(medusa2_folder
 @pytest.mark.parametrize("proposal", ["chain", "tree"])
 def test_greedy_output_equals_the_adapted_target(medusa2_folder, testbed_tiny, proposal):
     target, tokenizer = _base(testbed_tiny)
-    runtime = load_drafter(medusa2_folder, target, tokenizer, proposal, 3)
+    runtime = load_drafter(medusa2_folder, target, tokenizer, from_name(proposal, 3))
     if proposal == "tree":  # the tree training calibrated on held-out rows
         record_tree = runtime.record["training"]["calibrated_tree"]["choices"]
         assert runtime.tree == MedusaTree(tuple(tuple(p) for p in record_tree))
@@ -105,25 +106,25 @@ def test_an_adapter_for_another_base_is_refused(medusa2_folder, testbed_tiny, tm
     attach_lora(other, LoraSpec(rank=4)).save_pretrained(str(folder / "adapter"))
     target, tokenizer = _base(testbed_tiny)
     with pytest.raises(AdapterError, match="trained for another base"):
-        load_drafter(folder, target, tokenizer, "chain", 3)
+        load_drafter(folder, target, tokenizer, from_name("chain", 3))
 
 
 def test_a_second_adapter_and_a_missing_adapter_are_refused(medusa2_folder, testbed_tiny, tmp_path):
     target, tokenizer = _base(testbed_tiny)
-    load_drafter(medusa2_folder, target, tokenizer, "chain", 3)
+    load_drafter(medusa2_folder, target, tokenizer, from_name("chain", 3))
     other = tmp_path / "other"
     shutil.copytree(medusa2_folder, other)
     with pytest.raises(AdapterError, match="already has the adapter"):
-        load_drafter(other, target, tokenizer, "chain", 3)
+        load_drafter(other, target, tokenizer, from_name("chain", 3))
     shutil.rmtree(other / "adapter")
     with pytest.raises(AdapterError, match="not a peft adapter"):
-        load_drafter(other, _base(testbed_tiny)[0], tokenizer, "chain", 3)
+        load_drafter(other, _base(testbed_tiny)[0], tokenizer, from_name("chain", 3))
 
 
 def test_a_chain_longer_than_the_heads_is_refused(medusa2_folder, testbed_tiny):
     target, tokenizer = _base(testbed_tiny)
     with pytest.raises(ProposerError, match="3 Medusa heads"):
-        load_drafter(medusa2_folder, target, tokenizer, "chain", 5)
+        load_drafter(medusa2_folder, target, tokenizer, from_name("chain", 5))
 
 
 @pytest.mark.parametrize("fmt", ["vllm", "medusa"])
@@ -135,7 +136,7 @@ def test_exports_carry_the_adapted_target(medusa2_folder, testbed_tiny, tmp_path
     assert (out / heads_file).is_file()
     exported = AutoModelForCausalLM.from_pretrained(out / "target", dtype=torch.float32).eval()
     merged, tokenizer = _base(testbed_tiny)
-    load_drafter(medusa2_folder, merged, tokenizer, "chain", 3)  # merges in place
+    load_drafter(medusa2_folder, merged, tokenizer, from_name("chain", 3))  # merges in place
     ids = tokenizer(PROMPTS[1], return_tensors="pt").input_ids
     with torch.no_grad():  # the export keeps the base's stored dtype (bf16): its rounding only
         torch.testing.assert_close(exported(ids).logits, merged(ids).logits, rtol=0, atol=2e-2)

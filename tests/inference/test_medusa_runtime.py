@@ -15,6 +15,7 @@ from draftzoo.inference.eagle import TreeSettings
 from draftzoo.inference.generate import SpeculativeGenerator
 from draftzoo.inference.load import load_drafter
 from draftzoo.inference.medusa import MedusaProposer, MedusaTree
+from draftzoo.inference.proposal_settings import from_name
 from draftzoo.inference.proposers import ProposerError
 from draftzoo.inference.sampling import SamplingParams
 from tests.inference.helpers import PROMPTS, assert_reads_per_round
@@ -137,13 +138,13 @@ def test_bad_trees_and_settings_are_refused(heads_folder, target_and_tokenizer):
     deep = MedusaTree(((0,), (0, 0), (0, 0, 0), (0, 0, 0, 0)))  # 4 deep, 3 heads
     with pytest.raises(ProposerError, match="3 heads"):
         MedusaProposer.from_pretrained(heads_folder, model, tokenizer, deep)
-    with pytest.raises(ProposerError, match="do not apply to Medusa"):
-        load_drafter(heads_folder, model, tokenizer, "tree", tree=TreeSettings(top_k=2))
+    with pytest.raises(ProposerError, match=r"trees of kind PositionTree \(--tree-choices\)"):
+        load_drafter(heads_folder, model, tokenizer, from_name("tree", tree=TreeSettings(top_k=2)))
 
 
 def test_load_serves_chains_and_the_default_tree(heads_folder, target_and_tokenizer, reference):
     model, tokenizer = target_and_tokenizer
-    runtime = load_drafter(heads_folder, model, tokenizer, "tree", tree=TREE)
+    runtime = load_drafter(heads_folder, model, tokenizer, from_name("tree", tree=TREE))
     assert runtime.tree == TREE and runtime.num_speculative_tokens == TREE.depth
     generator = draftzoo.load(heads_folder, model, tokenizer, proposal="tree")
     assert generator.speculation == 3  # the default tree, cut to the 3 heads
@@ -160,4 +161,4 @@ def test_the_cli_generates_with_medusa_and_refuses_eagle_tree_options(
     assert main([*base, "--tree", "--prompt", "def f(x):", "--max-new-tokens", "8"]) == 0
     assert "num_target_forwards" in capsys.readouterr().out
     assert main([*base, "--tree", "--tree-top-k", "3", "--prompt", "x"]) == 2
-    assert "do not apply to Medusa" in capsys.readouterr().err
+    assert "drafts trees of kind PositionTree (--tree-choices)" in capsys.readouterr().err

@@ -17,6 +17,7 @@ from draftzoo.architectures.target import TargetAdapter
 from draftzoo.inference.generate import SpeculativeGenerator, fused_states
 from draftzoo.inference.load import load_drafter
 from draftzoo.inference.mtp import MtpProposer
+from draftzoo.inference.proposal_settings import from_name
 from draftzoo.inference.sampling import SamplingParams
 from draftzoo.train.mtp import run
 from tests.inference.helpers import PROMPTS
@@ -105,7 +106,7 @@ def test_a_residual_drafter_records_its_convention_and_serves_losslessly(
     model, tokenizer = target_and_tokenizer
     config = json.loads((residual_drafter / "config.json").read_text())
     assert config["mtp_hand_over"] == "residual"
-    runtime = load_drafter(residual_drafter, model, tokenizer, num_speculative_tokens=3)
+    runtime = load_drafter(residual_drafter, model, tokenizer, from_name("chain", 3))
     assert runtime.module.hand_over == "residual"
     assert not runtime.module.layers[0].use_post_norm  # the block's output is handed over
     generator = SpeculativeGenerator(model, tokenizer, runtime.make_proposer(), 3)

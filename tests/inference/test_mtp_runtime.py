@@ -14,6 +14,7 @@ from draftzoo.inference.cache_settings import CacheSettings
 from draftzoo.inference.generate import SpeculativeGenerator, fused_states
 from draftzoo.inference.load import load_drafter
 from draftzoo.inference.mtp import MtpProposer
+from draftzoo.inference.proposal_settings import from_name
 from draftzoo.inference.proposers import ProposerError
 from draftzoo.inference.sampling import SamplingParams
 from draftzoo.train.mtp import run
@@ -139,14 +140,14 @@ def test_load_drafter_serves_chains_longer_than_the_modules_and_refuses_trees(
     drafters, target_and_tokenizer, reference
 ):
     model, tokenizer = target_and_tokenizer
-    runtime = load_drafter(drafters[1], model, tokenizer, "chain", 4)
+    runtime = load_drafter(drafters[1], model, tokenizer, from_name("chain", 4))
     assert runtime.family == "mtp" and runtime.module.depth == 1
     generator = SpeculativeGenerator(model, tokenizer, runtime.make_proposer(), 4)
     out = generator.generate(PROMPTS[1], SamplingParams(max_new_tokens=32))
     assert out.token_ids == reference[1]
     assert len(out.metrics.acceptance_per_position) == 4
     with pytest.raises(ProposerError, match="chains only"):
-        load_drafter(drafters[1], model, tokenizer, "tree", None)
+        load_drafter(drafters[1], model, tokenizer, from_name("tree", None))
 
 
 def test_sampling_is_seeded_and_leaves_only_real_entries(drafters, target_and_tokenizer):

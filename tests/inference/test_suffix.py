@@ -183,15 +183,16 @@ def test_bad_settings_are_refused_in_one_line(capsys):
 
 
 def test_each_measured_pass_starts_from_an_empty_global_cache():
-    from draftzoo.inference.load import suffix_runtime
+    from draftzoo.inference.proposal_settings import from_name
+    from draftzoo.inference.suffix_decoding import suffix_runtime
 
-    runtime = suffix_runtime(4, SuffixSettings(tree=True))
+    runtime = suffix_runtime(SuffixSettings(), from_name("tree", 4))
     proposer = runtime.make_proposer()
     proposer.cache.add([1, 2, 3])
     assert runtime.make_proposer().cache is proposer.cache  # one cache for every request
     runtime.begin_pass()
     assert proposer.cache.tokens == 0 and proposer.cache.trie.nodes == 1
-    assert runtime.proposal == "tree" and runtime.tree.max_draft == 16
+    assert runtime.tree.tree and runtime.tree.max_draft == 16
 
 
 def test_eval_asks_for_a_drafter_or_one_model_free_proposer(capsys):
@@ -200,7 +201,7 @@ def test_eval_asks_for_a_drafter_or_one_model_free_proposer(capsys):
     for args, said in (
         ([], "name a drafter, or --prompt-lookup or --suffix"),
         (["some-drafter", "--suffix"], "a drafter or a model-free proposer, not both"),
-        (["--prompt-lookup", "--tree"], "prompt lookup drafts chains only (drop --tree)"),
+        (["--prompt-lookup", "--tree"], "--prompt-lookup drafts chains only (drop --tree)"),
     ):
         assert main(["eval", *args]) == 2
         assert capsys.readouterr().err.strip().splitlines() == [

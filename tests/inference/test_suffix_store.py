@@ -92,6 +92,6 @@ def test_paths_it_cannot_use_are_refused_and_left_alone(target_and_tokenizer, tm
     code = main(["generate", "--suffix-cache", str(other), "--prompt", "x"])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and err == [
-        "draftzoo: error: --suffix-cache keeps suffix decoding's global cache: use it with "
-        "--suffix or --hybrid"
+        "draftzoo: error: draftzoo generate: --suffix-cache sets suffix decoding: add --suffix or "
+        "--hybrid"
     ]
