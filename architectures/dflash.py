@@ -17,7 +17,6 @@ Module names are those of z-lab/dflash's `DFlashDraftModel`, the layout vLLM and
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -378,19 +377,25 @@ def build_dflash(config: DflashConfig, target) -> DflashDrafter:
 
 
 def load_dflash(
-    path: Path, target, dtype: torch.dtype = torch.float32, record: dict | None = None
+    path: Path,
+    target,
+    dtype: torch.dtype = torch.float32,
+    record: dict | None = None,
+    files=None,
 ) -> DflashDrafter:
     """A saved DFlash drafter, checked against `target` (a `TargetAdapter`) and attached."""
-    from .drafter_io import DrafterError, check_drafter_target, read_drafter_weights
+    from .drafter_files import opened
+    from .drafter_io import DrafterError, check_drafter_target
 
     path = Path(path)
-    record = check_drafter_target(path, target.fingerprint(), record)
+    files = opened(path, files)
+    record = check_drafter_target(path, target.fingerprint(), record or files.record)
     if record["family"] != FAMILY:
         raise DrafterError(f"{path} holds a {record['family']!r} drafter, not a DFlash one")
-    fields = json.loads((path / "config.json").read_text())
+    fields = files.json()
     target.check_layer_indices(fields["hidden_state_layers"])
     drafter = DflashDrafter(fields)
-    result = drafter.load_state_dict(read_drafter_weights(path), strict=False)
+    result = drafter.load_state_dict(files.weights(), strict=False)
     missing = [k for k in result.missing_keys if not k.startswith("rotary.")]
     if missing or result.unexpected_keys:
         raise DrafterError(

@@ -104,7 +104,21 @@ def read_drafter_record(path: Path) -> dict[str, Any]:
     file = Path(path) / RECORD_FILE
     if not file.is_file():
         raise DrafterError(f"{path} is not a draftzoo drafter (no {RECORD_FILE})")
-    record = _json_object(file)
+    return _checked_record(_json_object(file), file)
+
+
+def parse_record(data: bytes, file: Path) -> dict[str, Any]:
+    """A `draftzoo.json` read as `data` (from `file`)."""
+    try:
+        record = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise DrafterError(f"{file} is not valid JSON: {err}") from err
+    if not isinstance(record, dict):
+        raise DrafterError(f"{file} is not a JSON object")
+    return _checked_record(record, file)
+
+
+def _checked_record(record: dict[str, Any], file: Path) -> dict[str, Any]:
     if not isinstance(record.get("family"), str):
         raise DrafterError(f"{file} is not a drafter record (a JSON object naming its family)")
     return record
@@ -141,10 +155,19 @@ def check_drafter_target(
 def defining_files(path: Path) -> tuple[str, ...]:
     """The files (relative paths) that define the drafter in `path`: `DEFINING_FILES`, and
     the adapter's files for a family that ships one."""
-    from .families import family_spec
+    return defining_names(read_drafter_record(path))
+
+
+def defining_names(record: dict[str, Any]) -> tuple[str, ...]:
+    """The files that define a drafter with this record (`defining_files`)."""
+    from .families import UnknownFamilyError, family_spec
     from .lora_adapter import ADAPTER_DIR, ADAPTER_FILES
 
-    if family_spec(read_drafter_record(path)["family"]).adapts_target:
+    try:
+        adapts = family_spec(record["family"]).adapts_target
+    except UnknownFamilyError:
+        adapts = False  # refused by whoever asks its family, in their words
+    if adapts:
         return (*DEFINING_FILES, *(f"{ADAPTER_DIR}/{name}" for name in ADAPTER_FILES))
     return DEFINING_FILES
 

@@ -18,7 +18,6 @@ training-time-test pattern (`ttt_attention`) in training.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -613,22 +612,28 @@ def _copy_module(own: nn.Module, their: nn.Module | None, index: int) -> None:
 
 
 def load_eagle(
-    path: Path, target, dtype: torch.dtype = torch.float32, record: dict | None = None
+    path: Path,
+    target,
+    dtype: torch.dtype = torch.float32,
+    record: dict | None = None,
+    files=None,
 ) -> EagleDrafter:
     """A saved EAGLE drafter, checked against `target` (a `TargetAdapter`) and attached to it.
 
     Refuses another target (fingerprint), missing layers, and any missing or unexpected weight.
     """
-    from .drafter_io import DrafterError, check_drafter_target, read_drafter_weights
+    from .drafter_files import opened
+    from .drafter_io import DrafterError, check_drafter_target
 
     path = Path(path)
-    record = check_drafter_target(path, target.fingerprint(), record)
+    files = opened(path, files)
+    record = check_drafter_target(path, target.fingerprint(), record or files.record)
     if record["family"] not in KINDS:
         raise DrafterError(f"{path} holds a {record['family']!r} drafter, not an EAGLE one")
-    fields = json.loads((path / "config.json").read_text())
+    fields = files.json()
     layers = tuple(fields["hidden_state_layers"])
     target.check_layer_indices(layers)
-    tensors = read_drafter_weights(path)
+    tensors = files.weights()
     drafter = EagleDrafter(fields, layers)
     result = drafter.load_state_dict(tensors, strict=False)
     missing = [k for k in result.missing_keys if not k.startswith("rotary.")]

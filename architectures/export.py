@@ -53,13 +53,12 @@ from typing import Any
 
 import torch
 
+from .drafter_files import DrafterFiles
 from .drafter_io import (
     check_replaceable,
     is_marked_export,
     output_path,
-    read_drafter_config,
     read_drafter_record,
-    read_drafter_weights,
     replace_dir,
     scratch_dir,
 )
@@ -182,10 +181,11 @@ class Export:
     verifier: str  # the target as formats that name it record it
     speculative_tokens: int
     embed_tokens: bool  # write the target's input embedding
+    files: DrafterFiles | None = None  # the drafter's files as the front door read them
 
     def tensors(self) -> dict[str, torch.Tensor]:
         """The drafter's weights."""
-        return read_drafter_weights(self.source)
+        return (self.files or DrafterFiles.open(self.source)).weights()
 
     def target_location(self) -> str:
         """Where the target's files are (a local folder, or its hub cache)."""
@@ -253,14 +253,15 @@ def export_drafter(
     _check_speculative_tokens(speculative_tokens)
     path, output_dir = Path(path), output_path(output_dir)
     check_replaceable(output_dir, inputs=(path,))  # before any work
-    record = read_drafter_record(path)
+    files = DrafterFiles.open(path)
+    record = files.record
     spec = family_spec(record["family"])
     exporter = spec.exporter(fmt)
     target = target or _recorded(record)
     embed = _embedding_asked(spec, fmt, embed_tokens)
     if not target and (spec.export_needs_target or embed):
         raise ExportError(f"{path}: the drafter's record names no target; name it (--target)")
-    config = read_drafter_config(path)
+    config = files.json()
     verifier = verifier or (verifier_reference(target) if target else "")
     linked = [name for name in TOKENIZER_FILES if (path / name).is_symlink()]
     if linked:  # copied, a link would carry whatever it points to into the export
@@ -277,6 +278,7 @@ def export_drafter(
         verifier=verifier,
         speculative_tokens=speculative_tokens,
         embed_tokens=embed,
+        files=files,
     )
     try:
         for name in TOKENIZER_FILES:

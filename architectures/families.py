@@ -88,11 +88,6 @@ class FamilySpec:
         """The engine layouts it exports to."""
         return tuple(self.exporters)
 
-    @property
-    def drafts_trees(self) -> bool:
-        """Its proposer drafts verification trees, not only chains."""
-        return bool(self.tree_kind)
-
     def tree_class(self) -> type | None:
         """The tree kind it drafts, None for chains only."""
         return resolve(self.tree_kind) if self.tree_kind else None

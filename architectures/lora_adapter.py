@@ -78,20 +78,36 @@ def adapter_dir(folder: Path) -> Path:
     return Path(folder) / ADAPTER_DIR
 
 
-def check_adapter(folder: Path, model: nn.Module) -> None:
-    """Refuse an adapter whose LoRA matrices do not fit `model` (another base)."""
+def read_adapter(folder: Path, files=None) -> tuple[dict, dict]:
+    """(adapter_config.json as a dict, the LoRA tensors) of the adapter in `folder`, from the
+    bytes `files` (a drafter's `DrafterFiles`, the adapter under `ADAPTER_DIR`) read when
+    given, else from its files."""
     from safetensors import SafetensorError
-    from safetensors.torch import load_file
+    from safetensors.torch import load
 
     folder = Path(folder)
-    missing = [name for name in ADAPTER_FILES if not (folder / name).is_file()]
-    if missing:
-        raise AdapterError(f"{folder} is not a peft adapter: {', '.join(missing)} missing")
+    if files is not None:
+        contents = [files.data(f"{ADAPTER_DIR}/{name}") for name in ADAPTER_FILES]
+    else:
+        missing = [name for name in ADAPTER_FILES if not (folder / name).is_file()]
+        if missing:
+            raise AdapterError(f"{folder} is not a peft adapter: {', '.join(missing)} missing")
+        contents = [(folder / name).read_bytes() for name in ADAPTER_FILES]
     try:
-        json.loads((folder / "adapter_config.json").read_text())
-        tensors = load_file(str(folder / "adapter_model.safetensors"))
-    except (json.JSONDecodeError, SafetensorError, OSError) as err:
+        config = json.loads(contents[0])
+        tensors = load(contents[1])
+    except (json.JSONDecodeError, UnicodeDecodeError, SafetensorError, ValueError) as err:
         raise AdapterError(f"the adapter in {folder} cannot be read: {err}") from err
+    if not isinstance(config, dict):
+        raise AdapterError(f"the adapter in {folder} cannot be read: its config is not an object")
+    return config, tensors
+
+
+def check_adapter(folder: Path, model: nn.Module, tensors: dict | None = None) -> None:
+    """Refuse an adapter whose LoRA matrices do not fit `model` (another base); `tensors`: the
+    adapter's, when read already."""
+    if tensors is None:
+        tensors = read_adapter(folder)[1]
     for key, tensor in tensors.items():
         if not key.endswith((".lora_A.weight", ".lora_B.weight")):
             continue
@@ -117,11 +133,14 @@ def check_adapter(folder: Path, model: nn.Module) -> None:
 MERGED_MARK = "draftzoo_merged_adapter"
 
 
-def merge_adapter(model: nn.Module, folder: Path) -> nn.Module:
+def merge_adapter(model: nn.Module, folder: Path, files=None) -> nn.Module:
     """`model` with the adapter in `folder` merged into its weights, in place (checked first);
     the merged model serves at the base model's speed. Merging the same adapter again is a
-    no-op; merging a second, different one is refused (the model is no longer the base)."""
-    from peft import PeftModel
+    no-op; merging a second, different one is refused (the model is no longer the base).
+    `files`: the drafter's files as the front door read them (the adapter is built from those
+    bytes, as `PeftModel.from_pretrained` builds it from the folder: peft's config, model and
+    state-dict loader)."""
+    from peft import PeftConfig, PeftModel, set_peft_model_state_dict
 
     folder = Path(folder).resolve()
     merged_already = getattr(model, MERGED_MARK, None)
@@ -132,7 +151,21 @@ def merge_adapter(model: nn.Module, folder: Path) -> nn.Module:
             f"this model already has the adapter in {merged_already} merged in; load a fresh "
             f"base model to serve the adapter in {folder}"
         )
-    check_adapter(folder, model)
-    merged = PeftModel.from_pretrained(model, str(folder)).merge_and_unload().eval()
+    config, tensors = read_adapter(folder, files)
+    check_adapter(folder, model, tensors)
+    try:
+        peft_config = PeftConfig.from_peft_type(**config)
+    except (TypeError, ValueError, KeyError) as err:
+        raise AdapterError(f"the adapter in {folder} has no peft config: {err}") from err
+    peft_config.inference_mode = True
+    adapted = PeftModel(model, peft_config)
+    loaded = set_peft_model_state_dict(adapted, tensors)
+    missing = [k for k in loaded.missing_keys if ".lora_" in k]
+    if missing or loaded.unexpected_keys:
+        raise AdapterError(
+            f"the adapter in {folder} does not fit: missing {missing[:4]}, unexpected "
+            f"{loaded.unexpected_keys[:4]}"
+        )
+    merged = adapted.merge_and_unload().eval()
     setattr(merged, MERGED_MARK, str(folder))
     return merged

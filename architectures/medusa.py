@@ -242,18 +242,24 @@ def medusa_head_count(path: Path) -> int:
 
 
 def load_medusa(
-    path: Path, target, dtype: torch.dtype = torch.float32, record: dict | None = None
+    path: Path,
+    target,
+    dtype: torch.dtype = torch.float32,
+    record: dict | None = None,
+    files=None,
 ) -> MedusaHeads:
     """Saved heads, checked against `target` (a `TargetAdapter`): fingerprint, and every weight
     present and expected."""
-    from .drafter_io import check_drafter_target, read_drafter_weights
+    from .drafter_files import opened
+    from .drafter_io import check_drafter_target
 
     path = Path(path)
-    record = check_drafter_target(path, target.fingerprint(), record)
+    files = opened(path, files)
+    record = check_drafter_target(path, target.fingerprint(), record or files.record)
     if record["family"] not in FAMILIES:
         raise DrafterError(f"{path} holds a {record['family']!r} drafter, not Medusa heads")
-    fields = json.loads((path / "config.json").read_text())
-    tensors = read_drafter_weights(path)
+    fields = files.json()
+    tensors = files.weights()
     heads = MedusaHeads(fields)
     result = heads.load_state_dict(tensors, strict=False)
     if result.missing_keys or result.unexpected_keys:

@@ -24,7 +24,6 @@ layouts onto them.
 from __future__ import annotations
 
 import copy
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -303,24 +302,27 @@ def load_mtp(
     dtype: torch.dtype = torch.float32,
     record: dict | None = None,
     hand_over: str | None = None,
+    files=None,
 ) -> MtpDrafter:
     """A saved MTP drafter, checked against `target` (a `TargetAdapter`) and attached to it.
     `hand_over`: run it in another convention than the one it was trained in (to measure what
     an engine of that convention would draft); None: its own (`normed` when unrecorded)."""
-    from .drafter_io import DrafterError, check_drafter_target, read_drafter_weights
+    from .drafter_files import opened
+    from .drafter_io import DrafterError, check_drafter_target
 
     path = Path(path)
-    record = check_drafter_target(path, target.fingerprint(), record)
+    files = opened(path, files)
+    record = check_drafter_target(path, target.fingerprint(), record or files.record)
     if record["family"] != FAMILY:
         raise DrafterError(f"{path} holds a {record['family']!r} drafter, not an MTP one")
-    fields = json.loads((path / "config.json").read_text())
+    fields = files.json()
     layer_class, norm_class = target_classes(target)
     if fields["decoder_layer_class"] != layer_class.__name__:
         raise DrafterError(
             f"{path}: modules built on {fields['decoder_layer_class']}, the target's layers are "
             f"{layer_class.__name__}"
         )
-    tensors = read_drafter_weights(path)
+    tensors = files.weights()
     depth = fields["num_nextn_predict_layers"]
     hand_over = hand_over or fields.get("mtp_hand_over", "normed")
     check_hand_over(hand_over, depth, DrafterError)

@@ -142,9 +142,7 @@ def _medusa_methods(args, folder, target, tokenizer, named: bool) -> dict:
         Path(folder),
         served,
         tokenizer,
-        "chain",
-        args.gamma,
-        None,
+        ProposalSettings(num_speculative_tokens=args.gamma),
         CacheSettings(static=args.static),
     )
     methods[f"{label} chain"] = SpeculativeGenerator(

@@ -43,10 +43,15 @@ def check(folder: Path, prompts: int | None) -> tuple[str, bool]:
     )
     if prompts is not None:
         config = replace(config, max_prompts=prompts)
+    config, missing = _here(config)
     target, tokenizer = load_target(report["target"]["name"])
     runtime = load_as_configured(folder, target, tokenizer, config)
     again = greedy_result(evaluate(target, tokenizer, runtime, config, report["target"]["name"]))
     card = greedy_result(report)
+    if missing:  # the card's rows of the prompt sets that are here, in the card's order
+        ids = {row["id"] for row in again["per_prompt"]}
+        card = {"tau": card["tau"], "per_prompt": [r for r in card["per_prompt"] if r["id"] in ids]}
+        prompts = len(card["per_prompt"])  # a subset: tau is not compared
     moved = [  # prompts in the report's order (ids can repeat: two `__init__`s)
         now["id"]
         for now, then in zip(again["per_prompt"], card["per_prompt"], strict=False)
@@ -60,8 +65,23 @@ def check(folder: Path, prompts: int | None) -> tuple[str, bool]:
         f"  prompts {len(again['per_prompt'])}, moved {len(moved)}"
         f"{' (' + ', '.join(moved[:4]) + ')' if moved else ''}"
         f"  identity {again['greedy_identity']['identical']}/{again['greedy_identity']['decodes']}"
+        + (f"  (not here: {', '.join(missing)})" if missing else "")
     )
     return line, same
+
+
+def _here(config: EvalConfig) -> tuple[EvalConfig, list[str]]:
+    """The config without the prompt-set files and held-out sources this machine lacks (they
+    are rebuilt by commands, not committed), and those it dropped."""
+    missing = [name for name in config.prompt_sets + config.heldout_from if _absent(name)]
+    sets = tuple(name for name in config.prompt_sets if name not in missing)
+    sources = tuple(name for name in config.heldout_from if name not in missing)
+    return replace(config, prompt_sets=sets, heldout_from=sources), missing
+
+
+def _absent(name: str) -> bool:
+    """A prompt set or data source named by a path that is not here."""
+    return name.endswith((".jsonl", ".json")) and not Path(name).is_file()
 
 
 def main() -> None:

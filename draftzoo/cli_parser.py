@@ -11,6 +11,7 @@ import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from draftzoo.architectures.config_io import ConfigError
 from draftzoo.architectures.defaults import (
     ANSWER_MAX_NEW_TOKENS,
     CERTIFICATE_PROMPTS,
@@ -103,6 +104,24 @@ def _add_overrides(parser: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="override a recipe field, e.g. --set train.max_steps=10 (repeatable)",
     )
+
+
+def device(name: str | None) -> str:
+    """The device asked for (cpu, or cuda where there is one), else cuda when there is one,
+    else cpu."""
+    import torch
+
+    if name is None:
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        parsed = torch.device(name)
+    except RuntimeError as err:
+        raise ConfigError(f"--device {name!r}: not a device name (cpu, cuda, cuda:N)") from err
+    if parsed.type not in ("cpu", "cuda"):
+        raise ConfigError(f"--device {name!r}: draftzoo runs on cpu or cuda")
+    if parsed.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"--device {name!r}: no CUDA device is available here")
+    return name
 
 
 class OneLineParser(argparse.ArgumentParser):

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..architectures.config_io import ConfigError
-from ..architectures.drafter_io import checkpoint_hash, read_drafter_record
+from ..architectures.drafter_files import DrafterFiles
 from ..architectures.families import family_spec
 from ..architectures.zoo_index import resolve_drafter
 from ..inference.drafter_runtime import DrafterRuntime
@@ -33,10 +33,10 @@ from .runner import (
 
 
 def load_as_configured(
-    folder: Path, target, tokenizer, config: EvalConfig, record: dict | None = None
+    folder: Path, target, tokenizer, config: EvalConfig, files: DrafterFiles | None = None
 ) -> DrafterRuntime:
-    """The drafter loaded as an `EvalConfig` serves it."""
-    return load_drafter(folder, target, tokenizer, config.proposal, config.cache, record)
+    """The drafter loaded as an `EvalConfig` serves it (`files`: the folder as opened)."""
+    return load_drafter(folder, target, tokenizer, config.proposal, config.cache, files)
 
 
 def measure_drafter(
@@ -49,14 +49,15 @@ def measure_drafter(
     """Evaluate `drafter` (zoo name or folder) on `target_name` (default: its own); the report
     and where it was written (report.json, summary and plots; default runs/eval-NAME)."""
     folder = drafter_from_peer(resolve_drafter(drafter)[0], target_name)
-    record = read_drafter_record(folder)
+    files = DrafterFiles.open(folder)
+    record = files.record
     check_teacher_forced(config, record["family"], folder)
     target_name = target_name or recorded_target(record)
     target, tokenizer = load_target(target_name, config.torch_dtype, device)
     adapts_target = family_spec(record["family"]).adapts_target
     if adapts_target:  # the original target's greedy answers, before the drafter changes it
         original = greedy_answers(target, tokenizer, config)
-    runtime = load_as_configured(folder, target, tokenizer, config, record)
+    runtime = load_as_configured(folder, target, tokenizer, config, files)
     report = evaluate(target, tokenizer, runtime, config, target_name)
     if adapts_target:
         from .target_drift import drift_section, greedy_agreement
@@ -110,7 +111,8 @@ def certify_report(
         raise ConfigError(f"--report: give an eval's {REPORT_FILE} or its folder: {report_path}")
     report = read_report(report_path)
     folder = drafter_from_peer(resolve_drafter(drafter)[0], target_name)
-    if report.get("checkpoint", {}).get("sha256") != checkpoint_hash(folder):
+    files = DrafterFiles.open(folder)
+    if report.get("checkpoint", {}).get("sha256") != files.sha256:
         raise ConfigError(f"{report_path} measured another checkpoint than {folder}")
     try:
         config = replace(
@@ -122,9 +124,9 @@ def certify_report(
         raise ConfigError(f"draftzoo certify: {report_path}: {err}") from err
     if not config.certificate_samples:
         raise ConfigError("draftzoo certify: --samples must be >= 1")
-    record = read_drafter_record(folder)
-    target, tokenizer = load_target(target_name or recorded_target(record), config.torch_dtype)
-    runtime = load_as_configured(folder, target, tokenizer, config, record)
+    target_name = target_name or recorded_target(files.record)
+    target, tokenizer = load_target(target_name, config.torch_dtype)
+    runtime = load_as_configured(folder, target, tokenizer, config, files)
     measured_prompts = load_prompts(config)[1:]
     report["certificate"] = certificate_of(target, tokenizer, runtime, config, measured_prompts)
     report["config"] = config.record()

@@ -226,7 +226,7 @@ def load_runtime(folder: Path, record: dict, target, tokenizer, request: Drafter
     `block_size - 1` tokens, or a static `PositionTree` over its slots (the default tree cut to
     the block unless one is named)."""
     adapter = TargetAdapter(target, tokenizer)
-    drafter = load_dflash(Path(folder), adapter, dtype=target.dtype, record=record)
+    drafter = load_dflash(Path(folder), adapter, target.dtype, record, request.files)
     longest = drafter.block_size - 1
     asked = request.num_speculative_tokens
     tree = None

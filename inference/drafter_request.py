@@ -25,6 +25,8 @@ class DrafterRequest:
 
     settings: ProposalSettings = field(default_factory=ProposalSettings)
     cache: CacheSettings = GROWING  # the drafter's cache, as the target's
+    #: the folder's files as the front door read them (`DrafterFiles`): build from these
+    files: Any = None
 
     @property
     def drafts_tree(self) -> bool:

@@ -225,7 +225,7 @@ def load_runtime(folder: Path, record: dict, target, tokenizer, request: Drafter
     dynamic trees (`TreeSettings`; the defaults when none is given)."""
     tree = request.tree_or(TreeSettings())
     adapter = TargetAdapter(target, tokenizer)
-    drafter = load_eagle(Path(folder), adapter, dtype=target.dtype, record=record)
+    drafter = load_eagle(Path(folder), adapter, target.dtype, record, request.files)
 
     def make() -> Proposer:
         return EagleProposer(drafter, tree, request.cache)

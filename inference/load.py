@@ -19,7 +19,8 @@ import torch
 from torch import nn
 
 from ..architectures.defaults import target_location
-from ..architectures.drafter_io import DrafterError, checkpoint_hash, read_drafter_record
+from ..architectures.drafter_files import DrafterFiles
+from ..architectures.drafter_io import DrafterError
 from ..architectures.errors import DraftzooError
 from ..architectures.families import UnknownFamilyError, family_spec
 from ..architectures.target import FingerprintMismatchError
@@ -70,23 +71,26 @@ def load_drafter(
     tokenizer,
     settings: ProposalSettings | None = None,
     cache: CacheSettings = GROWING,
-    record: dict[str, Any] | None = None,
+    files: DrafterFiles | None = None,
 ) -> DrafterRuntime:
     """A drafter folder loaded for `target` (a transformers causal LM), fingerprint-checked,
     proposing as `settings` ask (default: a chain of `NUM_SPECULATIVE_TOKENS`); a tree's depth
     then sets the speculation length unless that is None (adaptive). A family that adapts the
     target (Medusa-2) changes `target` in place. `cache`: how the proposers keep their caches
-    (`CacheSettings`). `record`: the drafter's record when the caller has read it already."""
+    (`CacheSettings`). `files`: the folder as the caller opened it already (`DrafterFiles`:
+    its record and files read once; the module is built from those very bytes, whose hash the
+    runtime carries)."""
     folder = Path(folder)
     settings = settings or ProposalSettings()
-    record = read_drafter_record(folder) if record is None else record
+    files = files if files is not None else DrafterFiles.open(folder)
+    record = files.record
     try:
         spec = family_spec(record["family"])
     except UnknownFamilyError as err:
         raise DrafterError(f"{folder}: {err}") from err
     check_family_tree(settings, spec)
-    request = DrafterRequest(settings, cache)
-    loaded, digest = _load_hashed(spec, folder, record, target, tokenizer, request)
+    request = DrafterRequest(settings, cache, files)
+    loaded = _load_module(spec, folder, record, target, tokenizer, request)
     if settings.drafts_tree:
         depth = loaded.tree.depth if settings.num_speculative_tokens is not None else None
         settings = replace(settings, tree=loaded.tree, num_speculative_tokens=depth)
@@ -94,21 +98,8 @@ def load_drafter(
         runtime = hybrid_runtime(folder, record, loaded, settings, tokenizer)
     else:
         runtime = DrafterRuntime(folder, record, loaded.module, loaded.make_proposer, settings)
-    runtime.sha256 = digest
+    runtime.sha256 = files.sha256
     return runtime
-
-
-def _load_hashed(spec, folder, record, target, tokenizer, request) -> tuple[LoadedDrafter, str]:
-    """The loaded module and the checkpoint hash of the files it was built from (hashed before
-    and after reading them: a folder that changed meanwhile is refused)."""
-    try:
-        digest = checkpoint_hash(folder)  # the files about to be read
-    except DrafterError:
-        digest = None  # a file is missing: the family's loader says which, in its own words
-    loaded = _load_module(spec, folder, record, target, tokenizer, request)
-    if digest is None or checkpoint_hash(folder) != digest:
-        raise DrafterError(f"{folder} changed while it was being loaded; load it again")
-    return loaded, digest
 
 
 def _load_module(spec, folder, record, target, tokenizer, request) -> LoadedDrafter:
@@ -212,7 +203,8 @@ def load(
     forwards replay as CUDA graphs on a GPU."""
     _check_load_arguments(name_or_path, target, dtype, device)
     folder, entry = _drafter_folder(name_or_path, zoos, target)
-    record = read_drafter_record(folder)
+    files = DrafterFiles.open(folder)
+    record = files.record
     published = _published(entry, record)
     settings = asked(
         published, proposal, num_speculative_tokens, tree, hybrid, suffix, AS_PUBLISHED
@@ -226,7 +218,7 @@ def load(
         from ..architectures.safe_load import load_tokenizer
 
         tokenizer = load_tokenizer(target.config._name_or_path)
-    runtime = load_drafter(folder, target, tokenizer, settings, cache, record)
+    runtime = load_drafter(folder, target, tokenizer, settings, cache, files)
     generator = SpeculativeGenerator(
         target, tokenizer, runtime.make_proposer(), runtime.num_speculative_tokens, cache
     )

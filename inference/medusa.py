@@ -157,7 +157,7 @@ def load_runtime(folder: Path, record: dict, target, tokenizer, request: Drafter
     A Medusa-2 drafter's adapter is merged into `target` in place, after every check: its
     heads are verified by the adapted target."""
     adapter = TargetAdapter(target, tokenizer)
-    heads = load_medusa(Path(folder), adapter, dtype=target.dtype, record=record)
+    heads = load_medusa(Path(folder), adapter, target.dtype, record, request.files)
     length = request.num_speculative_tokens
     tree = None
     if not request.drafts_tree and length is not None and length > heads.num_heads:
@@ -178,5 +178,5 @@ def load_runtime(folder: Path, record: dict, target, tokenizer, request: Drafter
         )
 
     if family_spec(record["family"]).adapts_target:
-        merge_adapter(target, adapter_dir(folder))
+        merge_adapter(target, adapter_dir(folder), request.files)
     return LoadedDrafter(heads, make, tree)

@@ -188,7 +188,7 @@ class MtpProposer(Proposer):
 def load_runtime(folder: Path, record: dict, target, tokenizer, request: DrafterRequest):
     """MTP modules loaded for `target` (the family's `runtime`; chains only)."""
     adapter = TargetAdapter(target, tokenizer)
-    drafter = load_mtp(Path(folder), adapter, dtype=target.dtype, record=record)
+    drafter = load_mtp(Path(folder), adapter, target.dtype, record, files=request.files)
 
     def make() -> Proposer:
         return MtpProposer(drafter, request.cache)

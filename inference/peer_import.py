@@ -9,12 +9,12 @@ into the import cache (`$DRAFTZOO_CACHE/imported/<digest>`).
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import shutil
 from pathlib import Path
 
 from ..architectures.defaults import cache_root
+from ..architectures.drafter_files import DrafterFiles
 from ..architectures.drafter_io import (
     RECORD_FILE,
     DrafterError,
@@ -38,6 +38,7 @@ from ..architectures.peer_import import (
     write_imported,
 )
 from .drafter_request import DrafterRequest
+from .proposal_settings import ProposalSettings
 
 #: where drafters converted on load are kept ($DRAFTZOO_CACHE/imported/<digest>)
 CACHE_SUBDIR = "imported"
@@ -72,11 +73,13 @@ def import_drafter(source: Path, output_dir: Path, target: str | None = None) ->
 
 def _check_loads(folder: Path, adapter) -> None:
     """The family's own loader on the converted folder (fingerprint, names, shapes)."""
-    record = json.loads((folder / RECORD_FILE).read_text())
+    files = DrafterFiles.open(folder)
+    record = files.record
     spec = family_spec(record["family"])
     source, layout = record["imported"]["source"], record["imported"]["layout"]
+    request = DrafterRequest(ProposalSettings(num_speculative_tokens=None), files=files)
     try:
-        spec.runtime_loader()(folder, record, adapter.model, adapter.tokenizer, DrafterRequest())
+        spec.runtime_loader()(folder, record, adapter.model, adapter.tokenizer, request)
     except Exception as err:  # the converted tensors are the peer's untrusted input
         # said of the source folder: the scratch folder the conversion is in means nothing
         said = " ".join(str(err).replace(f"{folder}: ", "").replace(str(folder), "it").split())

@@ -12,6 +12,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
+from draftzoo.architectures.drafter_io import DrafterError
 from draftzoo.architectures.lora_adapter import AdapterError, LoraSpec, attach_lora
 from draftzoo.inference.generate import SpeculativeGenerator
 from draftzoo.inference.load import load_drafter
@@ -109,6 +110,22 @@ def test_an_adapter_for_another_base_is_refused(medusa2_folder, testbed_tiny, tm
         load_drafter(folder, target, tokenizer, from_name("chain", 3))
 
 
+def test_the_adapter_built_from_the_read_bytes_merges_as_peft_from_pretrained_does(
+    medusa2_folder, testbed_tiny
+):
+    """The front door hands peft the bytes it read and hashed; the merged weights are bit for
+    bit those of `PeftModel.from_pretrained(...).merge_and_unload()` on the folder."""
+    from peft import PeftModel
+
+    ours = _base(testbed_tiny)[0]
+    load_drafter(medusa2_folder, ours, _base(testbed_tiny)[1], from_name("chain", 3))
+    adapter = str(medusa2_folder / "adapter")
+    theirs = PeftModel.from_pretrained(_base(testbed_tiny)[0], adapter).merge_and_unload()
+    expected = theirs.state_dict()
+    for name, tensor in ours.state_dict().items():
+        assert torch.equal(tensor, expected[name]), name
+
+
 def test_a_second_adapter_and_a_missing_adapter_are_refused(medusa2_folder, testbed_tiny, tmp_path):
     target, tokenizer = _base(testbed_tiny)
     load_drafter(medusa2_folder, target, tokenizer, from_name("chain", 3))
@@ -117,7 +134,7 @@ def test_a_second_adapter_and_a_missing_adapter_are_refused(medusa2_folder, test
     with pytest.raises(AdapterError, match="already has the adapter"):
         load_drafter(other, target, tokenizer, from_name("chain", 3))
     shutil.rmtree(other / "adapter")
-    with pytest.raises(AdapterError, match="not a peft adapter"):
+    with pytest.raises(DrafterError, match=r"adapter/adapter_config\.json is missing"):
         load_drafter(other, _base(testbed_tiny)[0], tokenizer, from_name("chain", 3))
 
 
