@@ -30,7 +30,7 @@ from .target import TargetError
 from .ttt_attention import flash_ttt_attention
 
 KINDS = ("eagle1", "eagle3")
-TOKEN_LOSSES = ("ce", "tvd")
+TOKEN_LOSSES = ("ce", "tvd", "lk")
 #: the `architectures` name in draftzoo's own config.json (engine formats come from exporters)
 ARCHITECTURES = {"eagle1": "DraftzooEagle1", "eagle3": "DraftzooEagle3"}
 _EAGLE = {
@@ -101,7 +101,9 @@ class EagleConfig:
     final_feature_weight: float = 0.0
     #: the per-token loss against the target: "ce" (soft cross-entropy, as published; EAGLE-3
     #: renormalises the target over the draft vocabulary) or, opt-in, "tvd" (1 - sum over the
-    #: draft vocabulary of min(p, q): the chance a token drafted at T = 1 is rejected)
+    #: draft vocabulary of min(p, q): the chance a token drafted at T = 1 is rejected) or "lk"
+    #: (-log of that sum, the acceptance rate: LK losses' LK^alpha, arXiv 2602.23881, whose
+    #: gradient is TV's scaled by 1 / alpha)
     token_loss: str = "ce"
     #: a bias on `fc` (EAGLE-1's reference code has one; vLLM's EAGLE-1 loader has none and
     #: would drop it, so the default is off)

@@ -48,10 +48,12 @@ def check(folder: Path, prompts: int | None) -> tuple[str, bool]:
     runtime = load_as_configured(folder, target, tokenizer, config)
     again = greedy_result(evaluate(target, tokenizer, runtime, config, report["target"]["name"]))
     card = greedy_result(report)
-    if missing:  # the card's rows of the prompt sets that are here, in the card's order
-        ids = {row["id"] for row in again["per_prompt"]}
-        card = {"tau": card["tau"], "per_prompt": [r for r in card["per_prompt"] if r["id"] in ids]}
-        prompts = len(card["per_prompt"])  # a subset: tau is not compared
+    if missing:  # the card's rows of the prompt sets that are here, matched by prompt id
+        rows = {row["id"]: row for row in card["per_prompt"]}
+        now = [row for row in again["per_prompt"] if row["id"] in rows]
+        again = {**again, "per_prompt": now}
+        card = {"tau": card["tau"], "per_prompt": [rows[row["id"]] for row in now]}
+        prompts = len(now)  # a subset: tau is not compared
     moved = [  # prompts in the report's order (ids can repeat: two `__init__`s)
         now["id"]
         for now, then in zip(again["per_prompt"], card["per_prompt"], strict=False)

@@ -16,7 +16,8 @@ from .losses import DISTILL_LOSSES, distill_loss, top1_agreement, total_variatio
 class DistillConfig:
     """What the draft LM learns from."""
 
-    loss: str = "fkl"  # "fkl", "tvd", "jsd" (against the target's logits) or "ce" (data labels)
+    #: "fkl", "tvd", "lk" (-log acceptance), "jsd" (against the target's logits) or "ce" (labels)
+    loss: str = "fkl"
     temperature: float = 1.0  # softens both distributions for fkl / tvd / jsd
 
     def __post_init__(self) -> None:

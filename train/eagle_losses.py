@@ -18,9 +18,12 @@ logits are step j's target: EAGLE-1's feature target, where the target's head re
 draft norm and head start as the target's).
 
 Opt-in for both families (`eagle.token_loss: tvd`): the soft CE is replaced by the rejection
-probability 1 - sum_x min(p(x), q(x)), x over the drafter's vocabulary and p the target's whole
-distribution (never renormalised: mass outside the draft vocabulary can never be accepted), which
-is exactly what a token drafted at T = 1 loses; EAGLE-3 then scores every real position.
+probability 1 - alpha, alpha = sum_x min(p(x), q(x)), x over the drafter's vocabulary and p the
+target's whole distribution (never renormalised: mass outside the draft vocabulary can never be
+accepted), which is exactly what a token drafted at T = 1 loses; EAGLE-3 then scores every real
+position. `eagle.token_loss: lk` scores -log alpha instead (LK losses' LK^alpha, arXiv
+2602.23881: the acceptance rate itself, its gradient TV's scaled by 1 / alpha, so a drafter far
+from the target is not left with TV's vanishing gradients).
 """
 
 from __future__ import annotations
@@ -87,6 +90,20 @@ def rejection(logits: torch.Tensor, target_probs: torch.Tensor) -> torch.Tensor:
     return 1 - torch.minimum(q, target_probs).sum(-1)
 
 
+#: alpha below this counts as this (-log alpha stays finite where no draft token can be accepted)
+MIN_ACCEPTANCE = 1e-6
+
+
+def neg_log_acceptance(logits: torch.Tensor, target_probs: torch.Tensor) -> torch.Tensor:
+    """-log sum_x min(p(x), q(x)) per row (`rejection`'s alpha, floored at `MIN_ACCEPTANCE`)."""
+    q = F.softmax(logits.float(), dim=-1)
+    return -torch.minimum(q, target_probs).sum(-1).clamp_min(MIN_ACCEPTANCE).log()
+
+
+#: token losses against the target's whole distribution, by name
+ACCEPTANCE_LOSS = {"tvd": rejection, "lk": neg_log_acceptance}
+
+
 def split_by_repeats(correct: torch.Tensor, repeated: torch.Tensor | None) -> Stats:
     """First-step hits [sum, count] on drafted tokens that repeat an earlier bigram of their
     sample (`acc_0_repeated`: a copy from context) and on the rest (`acc_0_fresh`); `correct`
@@ -121,7 +138,7 @@ def eagle1_loss_sums(
         with torch.no_grad():
             probs = torch.softmax(teacher_head(f).float(), dim=-1)
             correct = logits.argmax(-1) == probs.argmax(-1)
-        tokens = rejection(logits, probs) if token_loss == "tvd" else soft_ce(logits, probs)
+        tokens = ACCEPTANCE_LOSS.get(token_loss, soft_ce)(logits, probs)
         return tokens, correct
 
     tokens, correct = rowwise(token_rows, (hidden, want_feature), chunk)
@@ -149,8 +166,8 @@ def _token_loss(logits, wanted, target, log_norm, t2d, token_loss: str) -> torch
     the draft vocabulary (0 where the target's argmax `wanted` is outside it), or with
     `token_loss="tvd"` the rejection probability (`target`: the target's logits on the draft
     vocabulary, `log_norm` their log-normaliser over the whole vocabulary)."""
-    if token_loss == "tvd":
-        return rejection(logits, torch.exp(target - log_norm[:, None]))
+    if token_loss in ACCEPTANCE_LOSS:
+        return ACCEPTANCE_LOSS[token_loss](logits, torch.exp(target - log_norm[:, None]))
     ce = soft_ce(logits, torch.softmax(target, dim=-1))
     return torch.where(t2d[wanted], ce, torch.zeros_like(ce))
 
@@ -178,7 +195,7 @@ def _step_token_rows(head, teacher_head, d2t, t2d, token_loss: str, final, chunk
     rows at a time. The target is read once for every step where that costs no more memory
     than a chunk (`teacher_reads`), else a chunk's or block's rows at a time."""
     token_rows = partial(_draft_token_rows, head, d2t, t2d, token_loss)
-    tvd = token_loss == "tvd"
+    tvd = token_loss in ACCEPTANCE_LOSS  # the whole distribution's normaliser is read too
     once = read_teacher_once(teacher_head, final, t2d, tvd, chunk, t2d.numel())
     flat_final = final.flatten(0, 1)
     positions = torch.arange(flat_final.shape[0], device=final.device).view(final.shape[:2])

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-DISTILL_LOSSES = ("fkl", "tvd", "jsd", "ce")
+DISTILL_LOSSES = ("fkl", "tvd", "lk", "jsd", "ce")
 
 
 def forward_kl(draft_logits: torch.Tensor, target_logits: torch.Tensor) -> torch.Tensor:
@@ -25,6 +25,16 @@ def total_variation(draft_logits: torch.Tensor, target_logits: torch.Tensor) -> 
     q = F.softmax(draft_logits.float(), dim=-1)
     p = F.softmax(target_logits.float(), dim=-1)
     return 0.5 * (p - q).abs().sum(-1)
+
+
+def negative_log_acceptance(
+    draft_logits: torch.Tensor, target_logits: torch.Tensor
+) -> torch.Tensor:
+    """-log alpha, alpha = sum min(p, q) = 1 - TVD, per position (LK losses' LK^alpha, arXiv
+    2602.23881: the acceptance rate itself; floored at 1e-6)."""
+    q = F.softmax(draft_logits.float(), dim=-1)
+    p = F.softmax(target_logits.float(), dim=-1)
+    return -torch.minimum(p, q).sum(-1).clamp_min(1e-6).log()
 
 
 def jensen_shannon(draft_logits: torch.Tensor, target_logits: torch.Tensor) -> torch.Tensor:
@@ -49,7 +59,7 @@ def distill_loss(
     labels: torch.Tensor,  # [n]
     temperature: float = 1.0,
 ) -> torch.Tensor:
-    """Per-position loss of `kind` ("fkl", "tvd", "jsd" or "ce")."""
+    """Per-position loss of `kind` ("fkl", "tvd", "lk", "jsd" or "ce")."""
     if kind == "ce":
         return label_cross_entropy(draft_logits, labels)
     draft_logits, target_logits = draft_logits / temperature, target_logits / temperature
@@ -57,6 +67,8 @@ def distill_loss(
         return forward_kl(draft_logits, target_logits)
     if kind == "tvd":
         return total_variation(draft_logits, target_logits)
+    if kind == "lk":
+        return negative_log_acceptance(draft_logits, target_logits)
     if kind == "jsd":
         return jensen_shannon(draft_logits, target_logits)
     raise ValueError(f"unknown loss {kind!r}; known: {', '.join(DISTILL_LOSSES)}")

@@ -284,10 +284,17 @@ def test_eagle3_final_feature_regression_adds_its_term_and_trains(testbed_tiny, 
         EagleConfig(final_feature_weight=-1.0)
 
 
-def test_tvd_token_loss_is_the_rejection_probability_and_trains(testbed_tiny, chat, tmp_path):
-    """`eagle.token_loss: tvd` scores each drafted position by 1 - sum_x min(p(x), q(x)) over
-    the tokens the drafter can propose, p the target's whole distribution (checked here through
-    `d2t`, independently of the loss's `t2d` columns); both families train with it."""
+#: what each acceptance loss makes of alpha = sum_x min(p(x), q(x))
+OF_ACCEPTANCE = {"tvd": lambda alpha: 1 - alpha, "lk": lambda alpha: -alpha.log()}
+
+
+@pytest.mark.parametrize("token_loss", ["tvd", "lk"])
+def test_acceptance_token_losses_score_alpha_and_train(token_loss, testbed_tiny, chat, tmp_path):
+    """`eagle.token_loss: tvd` scores each drafted position by 1 - alpha, `lk` by -log alpha
+    (LK^alpha), alpha = sum_x min(p(x), q(x)) over the tokens the drafter can propose, p the
+    target's whole distribution (checked here through `d2t`, independently of the loss's `t2d`
+    columns); both families train with either."""
+    of_alpha = OF_ACCEPTANCE[token_loss]
     from draftzoo.architectures.eagle import EagleConfig, build_eagle
     from draftzoo.train.eagle_losses import eagle1_loss_sums, eagle3_loss_sums
 
@@ -306,7 +313,15 @@ def test_tvd_token_loss_is_the_rejection_probability_and_trains(testbed_tiny, ch
     outputs = [torch.randn(int(keep.sum()), 64) for keep in select]  # the draft logits
     same = torch.nn.Identity()  # outputs and "final states" are logits already
     loss, stats = eagle3_loss_sums(
-        outputs, select, target_logits, same, same, drafter.d2t, drafter.t2d, 0.8, token_loss="tvd"
+        outputs,
+        select,
+        target_logits,
+        same,
+        same,
+        drafter.d2t,
+        drafter.t2d,
+        0.8,
+        token_loss=token_loss,
     )
     expected = 0.0
     for j, logits in enumerate(outputs):
@@ -314,7 +329,7 @@ def test_tvd_token_loss_is_the_rejection_probability_and_trains(testbed_tiny, ch
         q = torch.softmax(logits, dim=-1)
         target_ids = torch.arange(64) + drafter.d2t  # draft id -> target id
         accepted = torch.minimum(p[:, target_ids], q).sum(-1)
-        expected = expected + 0.8**j * (1 - accepted).sum()
+        expected = expected + 0.8**j * of_alpha(accepted).sum()
     torch.testing.assert_close(loss, expected)
     assert [int(stats[f"acc_{j}"][1]) for j in range(steps)] == [int(k.sum()) for k in select]
 
@@ -325,24 +340,24 @@ def test_tvd_token_loss_is_the_rejection_probability_and_trains(testbed_tiny, ch
     teacher_head = torch.nn.Linear(target.hidden_size, vocab)
     heads = (draft_head, teacher_head)
     with_ce, _ = eagle1_loss_sums([hidden], keep, final, *heads)
-    with_tvd, _ = eagle1_loss_sums([hidden], keep, final, *heads, "tvd")
+    with_tvd, _ = eagle1_loss_sums([hidden], keep, final, *heads, token_loss)
     with torch.no_grad():
         logits = draft_head(hidden)
         p = torch.softmax(teacher_head(final[0, 1 : 1 + len(hidden)]), dim=-1)
     q = torch.softmax(logits, dim=-1)
     ce = -(p * q.log()).sum()
-    tvd = (1 - torch.minimum(p, q).sum(-1)).sum()
+    tvd = of_alpha(torch.minimum(p, q).sum(-1)).sum()
     torch.testing.assert_close(with_ce - with_tvd, 0.1 * (ce - tvd))
 
     for kind in ("eagle3", "eagle1"):
-        eagle = {"kind": kind, "token_loss": "tvd"}
+        eagle = {"kind": kind, "token_loss": token_loss}
         train = {"max_steps": 6, "log_every": 2, "checkpoint_every": 50}
         recipe = tiny_eagle_recipe(tmp_path / kind, testbed_tiny[0], chat, eagle=eagle, train=train)
         result = run(recipe)
         untrained = _untrained_final_loss(tmp_path / f"{kind}-0", testbed_tiny[0], chat, 6, eagle)
         assert 0 < result.final_loss < untrained
         record = read_drafter_record(Path(recipe.output_dir))
-        assert record["recipe"]["eagle"]["token_loss"] == "tvd"
+        assert record["recipe"]["eagle"]["token_loss"] == token_loss
     with pytest.raises(ValueError, match="token_loss must be one of"):
         EagleConfig(token_loss="kl")
 

@@ -52,6 +52,15 @@ def test_jsd_is_symmetric_and_bounded_and_tvd_gives_acceptance(logits):
     p, q = target.softmax(-1), draft.softmax(-1)
     alpha = torch.minimum(p, q).sum(-1)
     torch.testing.assert_close(1 - distill_loss("tvd", draft, target, labels), alpha)
+    # LK^alpha: the acceptance rate itself, -log alpha (its gradient TV's over alpha)
+    torch.testing.assert_close(distill_loss("lk", draft, target, labels), -alpha.log())
+    draft = draft.clone().requires_grad_()
+    distill_loss("lk", draft, target, labels).sum().backward()
+    lk_grad = draft.grad.clone()
+    draft.grad = None
+    tv = distill_loss("tvd", draft, target, labels)
+    (tv / alpha).sum().backward()  # d(-log alpha) = d(1 - alpha) / alpha
+    torch.testing.assert_close(lk_grad, draft.grad)
 
 
 def test_label_loss_and_temperature_and_agreement(logits):

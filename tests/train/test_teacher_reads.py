@@ -39,7 +39,7 @@ def test_reads_once_equal_each_rows_own_reads(kept):
     assert 100 in fits and (kept == "empty") == (1 in fits)
 
 
-@pytest.mark.parametrize("token_loss", ["ce", "tvd"])
+@pytest.mark.parametrize("token_loss", ["ce", "tvd", "lk"])
 def test_eagle3_loss_is_the_same_read_once_or_per_step(token_loss):
     """A pruned draft vocabulary: chunks of 100 rows hold the reads (one projection), chunks of
     2 do not (each step projects its own rows), no chunks at all hold them; same loss, same
