@@ -14,11 +14,14 @@
 # ~5.3 s (bench/results/cpu-2026-12-06-eagle3-step/), so one pass ~5.4 h.
 # Settings (environment):
 #   RUNS        where the capture and drafters go (runs)
-#   STAGES      "capture train" (default both)
+#   STAGES      "capture train" (default both; "ablate" adds the ablation rows)
 #   FAMILY      which family trains at each budget (eagle3)
 #   BUDGETS     supervised tokens in millions, one run each ("0.3 1 2 4 10"; a step supervises
 #               ~2,760 tokens: 4 rows of 1,024 at 0.674 supervised per token)
 #   SET_EXTRA   more --set pairs for every run
+#   ABLATIONS   NAME:KEY=VALUE[,KEY=VALUE] rows trained at ABLATION_BUDGET M (default 1):
+#               "lk:eagle.token_loss=lk init:eagle.init_layer=-1" (LK's acceptance loss; the
+#               drafter's layer started from the target's last)
 set -euo pipefail
 runs=${RUNS:-runs}
 stages=${STAGES:-capture train}
@@ -33,21 +36,39 @@ if [[ " $stages " == *" capture "* ]]; then
         --layer 2 --layer 15 --layer 27 --layer 28 --layer 30
     echo "capture: $(($(date +%s) - started)) s (a rerun that finds every shard done: seconds)"
 fi
+# one EAGLE-3 (or $family) run of `budget` million supervised tokens into `out`; more --set
+# pairs after them
+train_budget() {
+    local budget=$1 out=$2
+    shift 2
+    local steps
+    steps=$(python -c "print(round($budget * 1e6 / 2760))")
+    if [ -f "$out/draftzoo.json" ]; then
+        echo "$out exists"
+        return
+    fi
+    local args=("${data[@]}" --set capture.mode=offline --set "capture.dir=$shards"
+        --set "output_dir=$out" --set "train.max_steps=$steps"
+        --set "train.warmup_steps=$((steps > 500 ? 50 : steps / 10))")
+    for pair in ${SET_EXTRA:-} "$@"; do args+=(--set "$pair"); done
+    local started
+    started=$(date +%s)
+    draftzoo train "recipes/$family/smollm2-135m-instruct.yaml" "${args[@]}"
+    echo "$out ($steps steps): trained in $(($(date +%s) - started)) s"
+}
 if [[ " $stages " == *" train "* ]]; then
     for budget in $budgets; do
-        steps=$(python -c "print(round($budget * 1e6 / 2760))")
-        out="$runs/$family-smollm2-sharegpt-${budget}m"
-        if [ -f "$out/draftzoo.json" ]; then
-            echo "$family at $budget M: $out exists"
-            continue
-        fi
-        args=("${data[@]}" --set capture.mode=offline --set "capture.dir=$shards"
-            --set "output_dir=$out" --set "train.max_steps=$steps"
-            --set "train.warmup_steps=$((steps > 500 ? 50 : steps / 10))")
-        for pair in ${SET_EXTRA:-}; do args+=(--set "$pair"); done
-        started=$(date +%s)
-        draftzoo train "recipes/$family/smollm2-135m-instruct.yaml" "${args[@]}"
-        echo "$family at $budget M ($steps steps): trained in $(($(date +%s) - started)) s"
+        train_budget "$budget" "$runs/$family-smollm2-sharegpt-${budget}m"
+    done
+fi
+# the ablation table's rows, each against the scaling curve's run of the same budget (same
+# data, same order): NAME:KEY=VALUE[,KEY=VALUE...]
+if [[ " $stages " == *" ablate "* ]]; then
+    for ablation in ${ABLATIONS:-lk:eagle.token_loss=lk init:eagle.init_layer=-1}; do
+        name=${ablation%%:*}
+        IFS=, read -r -a pairs <<< "${ablation#*:}"
+        train_budget "${ABLATION_BUDGET:-1}" \
+            "$runs/$family-smollm2-sharegpt-${ABLATION_BUDGET:-1}m-$name" "${pairs[@]}"
     done
 fi
 echo done
