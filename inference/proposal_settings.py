@@ -132,7 +132,8 @@ def tree_kinds() -> dict[str, type]:
 
 
 def check_family_tree(settings: ProposalSettings, spec: FamilySpec) -> None:
-    """Refuse a tree `spec`'s family does not draft, naming the kinds that do."""
+    """Refuse a tree `spec`'s family does not draft (naming the families that draft trees)
+    or a tree of another kind than its own (naming its kind's flags)."""
     kind = spec.tree_class()
     if settings.drafts_tree and kind is None:
         tree_families = [s.display_name for s in family_specs().values() if s.tree_class()]
