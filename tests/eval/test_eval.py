@@ -166,6 +166,16 @@ def test_an_eval_in_bfloat16_loads_both_models_so_and_says_so(
     assert EvalConfig.from_report(older).dtype == "float32"
     record = {"family": "eagle3", "training": {}}
     assert "target and drafter in bfloat16" in render_card("x", record, report, [], "train")
+    # a greedy decode that left the target's output (bf16 rounding): never called lossless
+    greedy = report["results"][0]["greedy_identity"]
+    flipped = {**greedy, "identical": greedy["decodes"] - 1}
+    report["results"][0] = {**report["results"][0], "greedy_identity": flipped}
+    card = render_card("x", record, report, [], "train")
+    assert (
+        f"Not lossless as measured**: in bfloat16, greedy output equaled target-only decoding's in {flipped['identical']} of {flipped['decodes']}"
+        in card
+    )
+    assert "Speculative decoding with it is lossless" not in card
 
 
 def test_teacher_forced_reports_split_the_first_step_by_draft_position(
