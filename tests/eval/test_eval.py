@@ -171,10 +171,8 @@ def test_an_eval_in_bfloat16_loads_both_models_so_and_says_so(
     flipped = {**greedy, "identical": greedy["decodes"] - 1}
     report["results"][0] = {**report["results"][0], "greedy_identity": flipped}
     card = render_card("x", record, report, [], "train")
-    assert (
-        f"Not lossless as measured**: in bfloat16, greedy output equaled target-only decoding's in {flipped['identical']} of {flipped['decodes']}"
-        in card
-    )
+    said = f"in bfloat16, greedy output equaled target-only decoding's in {flipped['identical']} of"
+    assert "**Not lossless as measured**" in card and said in card
     assert "Speculative decoding with it is lossless" not in card
 
 
