@@ -55,12 +55,19 @@ class DrafterFiles:
 
     def data(self, name: str) -> bytes:
         """A defining file's bytes as read."""
+        if name not in self._contents:
+            raise DrafterError(f"{self.folder / name} was released after its module was built")
         return self._contents[name]
+
+    def release(self) -> None:
+        """Drop the bytes read (the module built from them holds its own tensors); the record
+        and the hash stay."""
+        self._contents = {}
 
     def json(self, name: str = "config.json") -> dict[str, Any]:
         """A defining JSON file as an object."""
         try:
-            data = json.loads(self._contents[name])
+            data = json.loads(self.data(name))
         except (UnicodeDecodeError, json.JSONDecodeError) as err:
             raise DrafterError(f"{self.folder / name} is not valid JSON: {err}") from err
         if not isinstance(data, dict):
@@ -73,7 +80,7 @@ class DrafterFiles:
         from safetensors.torch import load
 
         try:
-            return load(self._contents[name])
+            return load(self.data(name))
         except (SafetensorError, ValueError) as err:
             raise DrafterError(f"{self.folder / name} cannot be read: {err}") from err
 

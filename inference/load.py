@@ -91,6 +91,7 @@ def load_drafter(
     check_family_tree(settings, spec)
     request = DrafterRequest(settings, cache, files)
     loaded = _load_module(spec, folder, record, target, tokenizer, request)
+    files.release()  # the module holds its tensors; the bytes would double the memory
     if settings.drafts_tree:
         depth = loaded.tree.depth if settings.num_speculative_tokens is not None else None
         settings = replace(settings, tree=loaded.tree, num_speculative_tokens=depth)

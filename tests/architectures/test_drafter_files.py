@@ -62,6 +62,8 @@ def test_one_load_reads_the_record_once_and_each_weight_file_once(name, reads):
 
 
 def test_what_was_hashed_is_what_is_loaded(tmp_path):
+    """The bytes read are what load and hash (a file changed afterwards changes neither), and
+    they are dropped once the module is built."""
     folder = tmp_path / "eagle3"
     shutil.copytree(ZOO.folder("eagle3-testbed-small"), folder)
     files = DrafterFiles.open(folder)
@@ -71,6 +73,10 @@ def test_what_was_hashed_is_what_is_loaded(tmp_path):
     (folder / "model.safetensors").write_bytes(b"not weights")  # changed after opening
     assert files.sha256 == digest and files.weights().keys() == before.keys()
     assert checkpoint_hash(folder) != digest
+    files.release()
+    assert files.sha256 == digest and files.record["family"] == "eagle3"
+    with pytest.raises(draftzoo.DraftzooError, match="released after its module was built"):
+        files.weights()
     with pytest.raises(draftzoo.DraftzooError, match=r"model\.safetensors cannot be read"):
         DrafterFiles.open(folder).weights()
     (folder / "model.safetensors").unlink()
