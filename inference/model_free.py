@@ -13,35 +13,20 @@ from __future__ import annotations
 
 import argparse
 import importlib
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
 from ..architectures.config_io import ConfigError
 from ..architectures.families import resolve
 from .proposers import ProposerError
+from .setting_flag import SettingFlag
 
 #: the modules whose `MODEL_FREE_SPEC` the registry holds: one line per proposer
 MODEL_FREE_MODULES = (
     "draftzoo.inference.prompt_lookup",
     "draftzoo.inference.suffix_decoding",
 )
-
-
-@dataclass(frozen=True)
-class Option:
-    """One flag of a model-free proposer: `--flag VALUE` sets its settings' `field`."""
-
-    flag: str
-    field: str
-    type: Callable[[str], Any]
-    help: str
-    #: `draftzoo eval` takes it too (False: `generate` only, e.g. a file kept across runs)
-    in_eval: bool = True
-
-    @property
-    def dest(self) -> str:
-        return self.flag[2:].replace("-", "_")
 
 
 @dataclass(frozen=True)
@@ -56,7 +41,7 @@ class ModelFreeSpec:
     #: "module:function" called as `runtime(settings, proposal, tokenizer)` with its settings,
     #: the `ProposalSettings` asked for and the target's tokenizer; returns a `DrafterRuntime`
     runtime: str
-    options: tuple[Option, ...] = ()
+    options: tuple[SettingFlag, ...] = ()
     #: "module:Class" of the tree kind it drafts with --tree ("": chains only)
     tree_kind: str = ""
 
@@ -149,7 +134,7 @@ def add_model_free_flags(parser, group, command: str) -> None:
             if option.flag in seen or (command == "eval" and not option.in_eval):
                 continue
             seen.add(option.flag)
-            parser.add_argument(option.flag, type=option.type, dest=option.dest, help=option.help)
+            parser.add_argument(option.flag, type=option.parse, dest=option.dest, help=option.help)
 
 
 def picked(

@@ -22,7 +22,8 @@ import torch
 
 from ..architectures.tree_search import calibrated_choices, estimated_acceptance
 from .sampling import SamplingParams, gumbel_pick, probabilities
-from .tree import Proposal, TreeOption
+from .setting_flag import SettingFlag
+from .tree import Proposal
 
 #: a sparse 16-node tree 4 positions deep: wide near the root, one path deep
 DEFAULT_CHOICES: tuple[tuple[int, ...], ...] = (
@@ -70,8 +71,8 @@ class PositionTree:
     """A static tree: paths of per-position top-k indices (Medusa's `medusa_choices`; a tree
     kind: `inference.proposal_settings.TreeKind`)."""
 
-    OPTIONS: ClassVar[tuple[TreeOption, ...]] = (
-        TreeOption(
+    OPTIONS: ClassVar[tuple[SettingFlag, ...]] = (
+        SettingFlag(
             "--tree-choices",
             "choices",
             parse_choices,

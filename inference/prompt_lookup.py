@@ -10,9 +10,10 @@ from pathlib import Path
 from torch import nn
 
 from .drafter_runtime import DrafterRuntime
-from .model_free import ModelFreeSpec, Option
+from .model_free import ModelFreeSpec
 from .proposal_settings import ProposalSettings
 from .proposers import Proposer, ProposerError
+from .setting_flag import SettingFlag
 from .tree import Proposal
 
 #: the family name prompt lookup's reports carry
@@ -99,7 +100,11 @@ MODEL_FREE_SPEC = ModelFreeSpec(
     settings="draftzoo.inference.prompt_lookup:PromptLookupSettings",
     runtime="draftzoo.inference.prompt_lookup:prompt_lookup_runtime",
     options=(
-        Option("--min-ngram", "min_ngram", int, f"prompt lookup: shortest n-gram ({MIN_NGRAM})"),
-        Option("--max-ngram", "max_ngram", int, f"prompt lookup: longest n-gram ({MAX_NGRAM})"),
+        SettingFlag(
+            "--min-ngram", "min_ngram", int, f"prompt lookup: shortest n-gram ({MIN_NGRAM})"
+        ),
+        SettingFlag(
+            "--max-ngram", "max_ngram", int, f"prompt lookup: longest n-gram ({MAX_NGRAM})"
+        ),
     ),
 )

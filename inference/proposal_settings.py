@@ -25,8 +25,8 @@ from ..architectures.defaults import NUM_SPECULATIVE_TOKENS
 from ..architectures.families import FamilySpec, family_specs
 from .hybrid_rule import HybridSettings
 from .proposers import ProposerError
+from .setting_flag import SettingFlag
 from .suffix import SuffixSettings
-from .tree import TreeOption
 
 CHAIN, TREE, HYBRID, HYBRID_TREE = "chain", "tree", "hybrid", "hybrid-tree"
 #: every proposal kind by name (reports, zoo entries, `draftzoo.load(proposal=...)`)
@@ -36,7 +36,7 @@ KINDS = (CHAIN, TREE, HYBRID, HYBRID_TREE)
 class TreeKind(Protocol):
     """What a tree a family drafts says about itself."""
 
-    OPTIONS: ClassVar[tuple[TreeOption, ...]]
+    OPTIONS: ClassVar[tuple[SettingFlag, ...]]
 
     def record(self) -> dict[str, Any]:
         """Its settings as JSON values (reports, zoo entries)."""

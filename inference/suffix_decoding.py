@@ -10,9 +10,10 @@ from pathlib import Path
 from torch import nn
 
 from .drafter_runtime import DrafterRuntime
-from .model_free import ModelFreeSpec, Option
+from .model_free import ModelFreeSpec
 from .proposal_settings import ProposalSettings
 from .proposers import Proposer
+from .setting_flag import SettingFlag
 from .suffix import SuffixCache, SuffixProposer, SuffixSettings
 from .suffix_store import global_cache
 
@@ -51,9 +52,13 @@ MODEL_FREE_SPEC = ModelFreeSpec(
     settings="draftzoo.inference.suffix:SuffixSettings",
     runtime="draftzoo.inference.suffix_decoding:suffix_runtime",
     options=(
-        Option("--suffix-depth", "depth", int, "suffix decoding: longest substring counted (32)"),
-        Option("--suffix-max-draft", "max_draft", int, "suffix decoding: most tokens a round (16)"),
-        Option(
+        SettingFlag(
+            "--suffix-depth", "depth", int, "suffix decoding: longest substring counted (32)"
+        ),
+        SettingFlag(
+            "--suffix-max-draft", "max_draft", int, "suffix decoding: most tokens a round (16)"
+        ),
+        SettingFlag(
             "--suffix-cache",
             "cache_path",
             str,

@@ -3,13 +3,14 @@ EAGLE-2's dynamic-tree budget."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, ClassVar
 
 import torch
 
 from .errors import GenerationError
+from .setting_flag import SettingFlag
 from .transfer import to_device
 
 
@@ -200,29 +201,16 @@ TREE_LIMITS = {"top_k": 256, "depth": 64, "total_tokens": 2048, "sampled_childre
 
 
 @dataclass(frozen=True)
-class TreeOption:
-    """One command-line flag of a tree kind: `--flag VALUE` sets `field`."""
-
-    flag: str
-    field: str
-    parse: Callable[[str], Any]
-    help: str
-
-    @property
-    def dest(self) -> str:
-        """The flag's name in parsed arguments and in a report's flat config."""
-        return self.flag[2:].replace("-", "_")
-
-
-@dataclass(frozen=True)
 class TreeSettings:
     """EAGLE-2 dynamic-tree budget (a tree kind: `inference.proposal_settings.TreeKind`)."""
 
-    OPTIONS: ClassVar[tuple[TreeOption, ...]] = (
-        TreeOption("--tree-top-k", "top_k", int, "EAGLE-2: children per node (default 10)"),
-        TreeOption("--tree-depth", "depth", int, "EAGLE-2: maximum depth (default 6)"),
-        TreeOption("--tree-tokens", "total_tokens", int, "EAGLE-2: draft tokens kept (default 60)"),
-        TreeOption(
+    OPTIONS: ClassVar[tuple[SettingFlag, ...]] = (
+        SettingFlag("--tree-top-k", "top_k", int, "EAGLE-2: children per node (default 10)"),
+        SettingFlag("--tree-depth", "depth", int, "EAGLE-2: maximum depth (default 6)"),
+        SettingFlag(
+            "--tree-tokens", "total_tokens", int, "EAGLE-2: draft tokens kept (default 60)"
+        ),
+        SettingFlag(
             "--tree-sampled-children",
             "sampled_children",
             int,

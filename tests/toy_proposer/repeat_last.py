@@ -8,9 +8,10 @@ from pathlib import Path
 from torch import nn
 
 from draftzoo.inference.drafter_runtime import DrafterRuntime
-from draftzoo.inference.model_free import ModelFreeSpec, Option
+from draftzoo.inference.model_free import ModelFreeSpec
 from draftzoo.inference.proposal_settings import ProposalSettings
 from draftzoo.inference.proposers import Proposer, ProposerError
+from draftzoo.inference.setting_flag import SettingFlag
 from draftzoo.inference.tree import Proposal
 
 NAME = "repeat_last"
@@ -48,5 +49,5 @@ MODEL_FREE_SPEC = ModelFreeSpec(
     help="propose the last token again",
     settings="tests.toy_proposer.repeat_last:RepeatSettings",
     runtime="tests.toy_proposer.repeat_last:repeat_runtime",
-    options=(Option("--repeat-copies", "copies", int, "repeat-last: tokens a round (2)"),),
+    options=(SettingFlag("--repeat-copies", "copies", int, "repeat-last: tokens a round (2)"),),
 )
