@@ -24,6 +24,7 @@ from typing import Any
 
 from .config_io import ConfigError
 from .errors import ExportError
+from .spec_registry import SpecRegistry
 
 #: the architecture modules whose `FAMILY_SPECS` the registry holds: one line per family home
 FAMILY_MODULES = (
@@ -122,48 +123,31 @@ def resolve(reference: str) -> Any:
     return getattr(importlib.import_module(module_name), attribute)
 
 
-_REGISTERED: dict[str, FamilySpec] = {}
-_LOADED = False
+def _builtin() -> list[FamilySpec]:
+    return [spec for name in FAMILY_MODULES for spec in importlib.import_module(name).FAMILY_SPECS]
 
 
-def _load_builtin() -> None:
-    global _LOADED
-    if _LOADED:
-        return
-    _LOADED = True
-    for module_name in FAMILY_MODULES:
-        for spec in importlib.import_module(module_name).FAMILY_SPECS:
-            register(spec)
+_FAMILIES = SpecRegistry("drafter family", _builtin, UnknownFamilyError)
 
 
 def register(spec: FamilySpec) -> FamilySpec:
     """Add `spec` to the registry; a second family of the same name is refused."""
-    held = _REGISTERED.get(spec.name)
-    if held is not None and held != spec:
-        raise ValueError(f"a drafter family named {spec.name!r} is already registered")
-    _REGISTERED[spec.name] = spec
-    return spec
+    return _FAMILIES.register(spec)
 
 
 def unregister(name: str) -> None:
     """Remove a family `register` added (tests, plugins)."""
-    _REGISTERED.pop(name, None)
+    _FAMILIES.unregister(name)
 
 
 def family_specs() -> dict[str, FamilySpec]:
     """Every registered family by name, in registration order."""
-    _load_builtin()
-    return dict(_REGISTERED)
+    return _FAMILIES.specs()
 
 
 def family_spec(name: str) -> FamilySpec:
     """The spec of family `name`; an unknown name is an error listing the known ones."""
-    specs = family_specs()
-    if name not in specs:
-        raise UnknownFamilyError(
-            f"unknown drafter family {name!r}; known: {', '.join(sorted(specs))}"
-        )
-    return specs[name]
+    return _FAMILIES.spec(name)
 
 
 def display_name(name: str) -> str:

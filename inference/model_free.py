@@ -19,6 +19,7 @@ from typing import Any
 
 from ..architectures.config_io import ConfigError
 from ..architectures.families import resolve
+from ..architectures.spec_registry import SpecRegistry
 from .proposers import ProposerError
 from .setting_flag import SettingFlag
 
@@ -78,50 +79,46 @@ class ModelFreeSpec:
         return resolve(self.runtime)(settings, proposal, tokenizer)
 
 
-_REGISTERED: dict[str, ModelFreeSpec] = {}
-_LOADED = False
+def _builtin() -> list[ModelFreeSpec]:
+    specs: list[ModelFreeSpec] = []
+    for name in MODEL_FREE_MODULES:
+        specs.append(_checked(importlib.import_module(name).MODEL_FREE_SPEC, specs))
+    return specs
 
 
-def _load_builtin() -> None:
-    global _LOADED
-    if _LOADED:
-        return
-    _LOADED = True
-    for module_name in MODEL_FREE_MODULES:
-        register(importlib.import_module(module_name).MODEL_FREE_SPEC)
-
-
-def register(spec: ModelFreeSpec) -> ModelFreeSpec:
-    """Add `spec`; another proposer of the same name or flag is refused."""
-    held = _REGISTERED.get(spec.name)
-    if held is not None and held != spec:
-        raise ValueError(f"a model-free proposer named {spec.name!r} is already registered")
-    if any(h.flag == spec.flag and h.name != spec.name for h in _REGISTERED.values()):
+def _checked(spec: ModelFreeSpec, held) -> ModelFreeSpec:
+    """`spec`, after refusing a flag another of `held` picks or options naming no field of its
+    settings."""
+    if any(h.flag == spec.flag and h.name != spec.name for h in held):
         raise ValueError(f"the flag {spec.flag} already picks another model-free proposer")
     names = {f.name for f in fields(resolve(spec.settings))}
     unknown = [o.field for o in spec.options if o.field not in names]
     if unknown:
         raise ValueError(f"{spec.name}: options set no settings field: {unknown}")
-    _REGISTERED[spec.name] = spec
     return spec
+
+
+_PROPOSERS = SpecRegistry("model-free proposer", _builtin, ConfigError)
+
+
+def register(spec: ModelFreeSpec) -> ModelFreeSpec:
+    """Add `spec`; another proposer of the same name or flag, or options naming no field of
+    its settings, are refused."""
+    return _PROPOSERS.register(_checked(spec, model_free_specs().values()))
 
 
 def unregister(name: str) -> None:
     """Remove a proposer `register` added (tests, plugins)."""
-    _REGISTERED.pop(name, None)
+    _PROPOSERS.unregister(name)
 
 
 def model_free_specs() -> dict[str, ModelFreeSpec]:
     """Every registered model-free proposer by name."""
-    _load_builtin()
-    return dict(_REGISTERED)
+    return _PROPOSERS.specs()
 
 
 def model_free_spec(name: str) -> ModelFreeSpec:
-    specs = model_free_specs()
-    if name not in specs:
-        raise ConfigError(f"unknown model-free proposer {name!r}; known: {', '.join(specs)}")
-    return specs[name]
+    return _PROPOSERS.spec(name)
 
 
 def add_model_free_flags(parser, group, command: str) -> None:
