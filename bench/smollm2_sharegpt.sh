@@ -5,23 +5,32 @@
 # 13.4 M tokens, 10.2 M of them supervised: one pass is the budget), taps for every family (2,
 # 15, 27: EAGLE-3; 28: DFlash; 30, the final post-norm state: EAGLE-1, Medusa, MTP and every
 # family's teacher logits), shards of 128 rows (a stopped capture loses at most one), then
-# EAGLE-3 trained from it at each budget in BUDGETS.
+# EAGLE-3 trained from it.
 #   pip install "draftzoo[sharegpt]" && draftzoo target get smollm2-135m-instruct
 #   bash bench/smollm2_sharegpt.sh
+# The scaling curve costs one run: the largest budget trains with the "wsd" schedule (warm-up,
+# a stable rate, a linear decay over its last DECAY share) and pins a checkpoint where each
+# smaller budget's own decay would begin; each smaller budget then starts from that checkpoint
+# (`train.start_from`) and decays over its own last share: the same rows in the same order and
+# the same rates as a run of that budget on its own (tests/train/test_branching.py), for a
+# DECAY share of its steps instead of all of them.
 # Resumable: a rerun keeps finished shards, resumes each run from its newest checkpoint and
 # skips a run whose drafter exists. Measured on two cores (AMD EPYC, AVX512-BF16), alone: the
-# capture's target forwards ~1,000 tokens/s (~3.7 h), an EAGLE-3 step of 4 rows of 1,024
+# capture's target forwards ~780-1,000 tokens/s (~4-5 h), an EAGLE-3 step of 4 rows of 1,024
 # ~5.3 s (bench/results/cpu-2026-12-06-eagle3-step/), so one pass ~5.4 h.
 # Settings (environment):
 #   RUNS        where the capture and drafters go (runs)
 #   STAGES      "capture train" (default both; "ablate" adds the ablation rows)
 #   FAMILY      which family trains at each budget (eagle3)
-#   BUDGETS     supervised tokens in millions, one run each ("0.3 1 2 4 10"; a step supervises
-#               ~2,760 tokens: 4 rows of 1,024 at 0.674 supervised per token)
+#   BUDGETS     supervised tokens in millions ("0.3 1 2 4 10"; the largest trains, the others
+#               branch from it; a step supervises ~2,760 tokens: 4 rows of 1,024 at 0.674
+#               supervised per token)
+#   DECAY       the share of each budget's steps that decays (0.2)
 #   SET_EXTRA   more --set pairs for every run
-#   ABLATIONS   NAME:KEY=VALUE[,KEY=VALUE] rows trained at ABLATION_BUDGET M (default 1):
-#               "lk:eagle.token_loss=lk init:eagle.init_layer=-1" (LK's acceptance loss; the
-#               drafter's layer started from the target's last)
+#   ABLATIONS   NAME:KEY=VALUE[,KEY=VALUE] rows trained at ABLATION_BUDGET M (default 1) from
+#               scratch with the curve's schedule: "lk:eagle.token_loss=lk
+#               init:eagle.init_layer=-1" (LK's acceptance loss; the drafter's layer started
+#               from the target's last)
 set -euo pipefail
 runs=${RUNS:-runs}
 stages=${STAGES:-capture train}
@@ -36,20 +45,25 @@ if [[ " $stages " == *" capture "* ]]; then
         --layer 2 --layer 15 --layer 27 --layer 28 --layer 30
     echo "capture: $(($(date +%s) - started)) s (a rerun that finds every shard done: seconds)"
 fi
+decay=${DECAY:-0.2}
+warmup=50
+# optimizer steps of a budget in millions of supervised tokens; the step where its decay begins
+steps_of() { python -c "print(round($1 * 1e6 / 2760))"; }
+decay_start_of() { python -c "s = $1; print(s - round(s * $decay))"; }
 # one EAGLE-3 (or $family) run of `budget` million supervised tokens into `out`; more --set
 # pairs after them
 train_budget() {
     local budget=$1 out=$2
     shift 2
     local steps
-    steps=$(python -c "print(round($budget * 1e6 / 2760))")
+    steps=$(steps_of "$budget")
     if [ -f "$out/draftzoo.json" ]; then
         echo "$out exists"
         return
     fi
     local args=("${data[@]}" --set capture.mode=offline --set "capture.dir=$shards"
-        --set "output_dir=$out" --set "train.max_steps=$steps"
-        --set "train.warmup_steps=$((steps > 500 ? 50 : steps / 10))")
+        --set "output_dir=$out" --set "train.max_steps=$steps" --set train.schedule=wsd
+        --set "train.decay_fraction=$decay" --set "train.warmup_steps=$warmup")
     for pair in ${SET_EXTRA:-} "$@"; do args+=(--set "$pair"); done
     local started
     started=$(date +%s)
@@ -57,12 +71,23 @@ train_budget() {
     echo "$out ($steps steps): trained in $(($(date +%s) - started)) s"
 }
 if [[ " $stages " == *" train "* ]]; then
+    largest=$(printf "%s\n" $budgets | sort -g | tail -1)
+    main="$runs/$family-smollm2-sharegpt-${largest}m"
+    pins=()
     for budget in $budgets; do
-        train_budget "$budget" "$runs/$family-smollm2-sharegpt-${budget}m"
+        [ "$budget" = "$largest" ] || pins+=("$(decay_start_of "$(steps_of "$budget")")")
+    done
+    train_budget "$largest" "$main" \
+        "train.checkpoint_steps=[$(IFS=,; echo "${pins[*]}")]" train.checkpoint_every=100
+    for budget in $budgets; do
+        [ "$budget" = "$largest" ] && continue
+        branch=$(decay_start_of "$(steps_of "$budget")")
+        train_budget "$budget" "$runs/$family-smollm2-sharegpt-${budget}m-wsd" \
+            "train.start_from=$main.work/checkpoints/step-$branch"
     done
 fi
 # the ablation table's rows, each against the scaling curve's run of the same budget (same
-# data, same order): NAME:KEY=VALUE[,KEY=VALUE...]
+# data, same order, same schedule): NAME:KEY=VALUE[,KEY=VALUE...]
 if [[ " $stages " == *" ablate "* ]]; then
     for ablation in ${ABLATIONS:-lk:eagle.token_loss=lk init:eagle.init_layer=-1}; do
         name=${ablation%%:*}

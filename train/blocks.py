@@ -42,6 +42,7 @@ from .optim import adamw
 from .run_lock import RunLock, hold_work_dir
 from .schedules import lr_lambda
 from .setup import load_target, prepare_dataset, recipe_inputs, resolve_dirs, work_dir_of
+from .start_from import StartPoint, load_start_point, read_start_point
 from .trackers import prepare_trackers
 
 logger = logging.getLogger(__name__)
@@ -96,6 +97,7 @@ class Run:
     output_dir: Path
     work_dir: Path
     lock: RunLock | None = None  # this run's hold on work_dir, released once it is saved
+    start: StartPoint | None = None  # `train.start_from`, checked at set-up
 
     @property
     def config(self):
@@ -166,6 +168,9 @@ def _set_up(recipe, output_dir: Path, work_dir: Path, cache_dir: Path) -> Run:
     else:
         features = OfflineFeatures(Path(recipe.capture.dir), layers)
         features.check(target.fingerprint(), data_hash, recipe.capture.dtype)
+    start = None
+    if cfg.start_from is not None:
+        start = read_start_point(cfg.start_from, cfg.max_steps, data_hash)
     return Run(
         recipe,
         accelerator,
@@ -177,6 +182,7 @@ def _set_up(recipe, output_dir: Path, work_dir: Path, cache_dir: Path) -> Run:
         features,
         output_dir,
         work_dir,
+        start=start,
     )
 
 
@@ -186,16 +192,20 @@ def prepare_model(accelerator, model, cfg, schedule: str | None = None, lr_scale
     `lr_scales` {parameter-name prefix: scale} gives parts of the model their own rate."""
     optimizer = adamw(model, cfg.lr, cfg.weight_decay, cfg.beta2, lr_scales)
     kind = schedule or cfg.schedule
+    decay = cfg.decay_fraction if kind == "wsd" else 1.0  # only "wsd" has a decay share
     scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lr_lambda(kind, cfg.warmup_steps, cfg.max_steps, cfg.min_lr_ratio)
+        optimizer, lr_lambda(kind, cfg.warmup_steps, cfg.max_steps, cfg.min_lr_ratio, decay)
     )
     model, optimizer = accelerator.prepare(model, optimizer)
     # the scheduler's state goes into progress.json (`save_checkpoint`), not a pickle
     return model, optimizer, scheduler
 
 
-def resume(accelerator, checkpoints: CheckpointManager, scheduler) -> Progress:
-    """Load the newest complete checkpoint, if any (partial saves are removed first).
+def resume(
+    accelerator, checkpoints: CheckpointManager, scheduler, start: StartPoint | None = None
+) -> Progress:
+    """Load the newest complete checkpoint, if any (partial saves are removed first), else
+    `start`, another run's checkpoint, if given.
 
     Model, optimizer and RNG states come back through `accelerator.load_state` (tensors read
     with `weights_only=True`, which cannot run code); the scheduler from progress.json."""
@@ -203,10 +213,14 @@ def resume(accelerator, checkpoints: CheckpointManager, scheduler) -> Progress:
         checkpoints.clean_partial()
     accelerator.wait_for_everyone()
     latest = checkpoints.latest()
-    if latest is None:
+    if latest is None and start is None:
         return Progress()
-    path, saved = latest
-    accelerator.load_state(str(path))
+    if latest is None:
+        path, saved = start.path, start.progress
+        load_start_point(accelerator, start)
+    else:
+        path, saved = latest
+        accelerator.load_state(str(path))
     if "scheduler" in saved:
         scheduler.load_state_dict(saved["scheduler"])
     else:  # a checkpoint from before the scheduler was saved here: its state is a function of step
@@ -217,19 +231,23 @@ def resume(accelerator, checkpoints: CheckpointManager, scheduler) -> Progress:
 
 
 def save_checkpoint(
-    accelerator, checkpoints: CheckpointManager, progress: Progress, scheduler
+    accelerator,
+    checkpoints: CheckpointManager,
+    progress: Progress,
+    scheduler,
+    data_hash: str | None = None,
 ) -> None:
-    """An atomic `save_state` at `progress.step` with the scheduler's state in JSON; every
+    """An atomic `save_state` at `progress.step` with the scheduler's state in JSON and, for a
+    drafter's run, the data's hash (`train.start_from` continues only on the same data); every
     process calls it."""
-    checkpoints.save(
-        accelerator,
-        progress.step,
-        {
-            "train_seconds": progress.train_seconds,
-            "supervised_tokens": progress.supervised_tokens,
-            "scheduler": scheduler.state_dict(),
-        },
-    )
+    saved = {
+        "train_seconds": progress.train_seconds,
+        "supervised_tokens": progress.supervised_tokens,
+        "scheduler": scheduler.state_dict(),
+    }
+    if data_hash is not None:
+        saved["data_hash"] = data_hash
+    checkpoints.save(accelerator, progress.step, saved)
 
 
 def optimizer_step(accelerator, model, optimizer, scheduler, batches, loss, cfg, logs=True):
@@ -297,8 +315,10 @@ def train_steps(run: Run, model, optimizer, scheduler, loss: FamilyLoss) -> Outc
     from tqdm.auto import tqdm
 
     cfg, accelerator = run.config, run.accelerator
-    checkpoints = CheckpointManager(run.work_dir / "checkpoints", keep=cfg.keep_checkpoints)
-    progress = resume(accelerator, checkpoints, scheduler)
+    checkpoints = CheckpointManager(
+        run.work_dir / "checkpoints", keep=cfg.keep_checkpoints, pinned=cfg.checkpoint_steps
+    )
+    progress = resume(accelerator, checkpoints, scheduler, run.start)
     resumed_from = progress.step
     accelerator.init_trackers(
         cfg.project,
@@ -331,8 +351,9 @@ def train_steps(run: Run, model, optimizer, scheduler, loss: FamilyLoss) -> Outc
             handle.write(json.dumps({"step": step, "rows": plan}) + "\n")
         if logs:
             metrics = _log_step(run, scheduler, loss, totals, count, progress, bar)
-        if done % cfg.checkpoint_every == 0 and done < cfg.max_steps:
-            save_checkpoint(accelerator, checkpoints, progress, scheduler)
+        due = done % cfg.checkpoint_every == 0 or done in cfg.checkpoint_steps
+        if due and done < cfg.max_steps:
+            save_checkpoint(accelerator, checkpoints, progress, scheduler, run.data_hash)
     bar.close()
     progress.train_seconds = time.perf_counter() - began
     return Outcome(progress, resumed_from, metrics, passes)
@@ -427,6 +448,7 @@ def export_drafter(
             "final_loss": outcome.metrics.get("train/loss", float("nan")),
             **training,
             "train_seconds": round(outcome.progress.train_seconds, 1),
+            **({"started_from": run.start.record()} if run.start else {}),
             **cost_figures(run, outcome),
             "mixed_precision": accelerator.mixed_precision,
             "num_processes": accelerator.num_processes,

@@ -17,11 +17,13 @@ PROGRESS_FILE = "progress.json"
 
 
 class CheckpointManager:
-    """Numbered checkpoints `step-<N>` under `root`, keeping the newest `keep`."""
+    """Numbered checkpoints `step-<N>` under `root`, keeping the newest `keep` and every one
+    at a `pinned` step."""
 
-    def __init__(self, root: Path, keep: int = 2) -> None:
+    def __init__(self, root: Path, keep: int = 2, pinned: tuple[int, ...] = ()) -> None:
         self.root = Path(root)
         self.keep = keep
+        self.pinned = frozenset(pinned)
 
     def complete(self) -> list[Path]:
         """Complete checkpoints, oldest first."""
@@ -61,6 +63,7 @@ class CheckpointManager:
             shutil.rmtree(final, ignore_errors=True)
             os.replace(tmp, final)
             for old in self.complete()[: -self.keep]:
-                shutil.rmtree(old, ignore_errors=True)
+                if int(old.name[5:]) not in self.pinned:
+                    shutil.rmtree(old, ignore_errors=True)
         accelerator.wait_for_everyone()
         return final

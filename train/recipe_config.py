@@ -9,7 +9,7 @@ from pathlib import Path
 from ..architectures.config_io import check_seed
 from .precision import PRECISIONS
 
-SCHEDULES = ("cosine", "linear", "constant")
+SCHEDULES = ("cosine", "linear", "constant", "wsd")
 
 
 @dataclass(frozen=True)
@@ -29,9 +29,13 @@ class TrainConfig:
     grad_accum: int = 1  # micro-batches per optimizer step
     max_steps: int = 100  # optimizer steps
     lr: float = 1e-3  # peak learning rate (AdamW)
-    schedule: str = "cosine"  # "cosine", "linear" (to min_lr_ratio) or "constant"
+    #: "cosine", "linear" (to min_lr_ratio), "constant", or "wsd": warm-up, stable, then a
+    #: linear decay over the last `decay_fraction` of the steps (a shorter budget branches from
+    #: a longer run's checkpoint with `start_from`: bench/smollm2_sharegpt.sh's scaling curve)
+    schedule: str = "cosine"
     warmup_steps: int = 10  # linear warm-up steps
     min_lr_ratio: float = 0.1  # floor of the decay as a share of lr
+    decay_fraction: float = 0.2  # "wsd": the share of max_steps that decays
     weight_decay: float = 0.0  # AdamW decoupled weight decay (matrices only)
     beta2: float = 0.95  # AdamW beta2
     grad_clip: float = 1.0  # max gradient norm
@@ -40,6 +44,11 @@ class TrainConfig:
     mixed_precision: str = "auto"
     checkpoint_every: int = 50  # steps between `save_state` checkpoints (resume points)
     keep_checkpoints: int = 2  # complete checkpoints kept on disk
+    #: steps saved as checkpoints besides every `checkpoint_every`, never pruned (branch points)
+    checkpoint_steps: tuple[int, ...] = ()
+    #: a complete checkpoint of another run (`<work dir>/checkpoints/step-N`) this run starts
+    #: from when it has none of its own: weights, optimizer, step, tokens and data position
+    start_from: str | None = None
     log_every: int = 10  # steps between logged metrics
     #: rows whose vocabulary-sized logits exist at once in the loss (None: every row of the
     #: micro-batch); smaller chunks lower peak memory, the values stay the same, and a chunked
@@ -70,6 +79,11 @@ class TrainConfig:
             )
         if self.keep_checkpoints < 1:
             raise ValueError("keep_checkpoints must be >= 1")
+        if not 0 < self.decay_fraction <= 1:
+            raise ValueError(f"decay_fraction must be in (0, 1], got {self.decay_fraction}")
+        outside = [s for s in self.checkpoint_steps if not 0 < s < self.max_steps]
+        if outside:
+            raise ValueError(f"checkpoint_steps must lie in 1..max_steps - 1, got {outside}")
         if not (math.isfinite(self.lr) and self.lr >= 0):
             raise ValueError(f"lr must be a finite number >= 0, got {self.lr}")
 
