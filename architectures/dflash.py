@@ -39,6 +39,7 @@ FAMILY_SPECS = (
             "vllm": "draftzoo.architectures.dflash_export:export_engines",
             "sglang": "draftzoo.architectures.dflash_export:export_engines",
             "speculators": "draftzoo.architectures.dflash_export:export_speculators",
+            "gguf": "draftzoo.architectures.dflash_export:export_gguf",
         },
         importers={
             "engines": "draftzoo.architectures.dflash_import:import_engines",

@@ -79,3 +79,10 @@ def export_speculators(export: Export) -> None:
         },
     }
     export.write_checkpoint(out, dict(export.tensors()))
+
+
+def export_gguf(export: Export) -> None:
+    """DFlash -> z-lab's `DFlashDraftModel` -> llama.cpp's `dflash` GGUF (gguf_export.py)."""
+    from .gguf_export import convert_with_llama_cpp
+
+    convert_with_llama_cpp(export, "vllm", export_engines, True, "draft-dflash")

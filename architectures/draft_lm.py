@@ -23,7 +23,10 @@ FAMILY_SPECS = (
         display_name="draft LM",
         recipe="draftzoo.train.draft_lm:DraftLMRecipe",
         runtime="draftzoo.inference.draft_lm:load_runtime",
-        exporters={"hf": "draftzoo.architectures.draft_lm:export_hf"},
+        exporters={
+            "hf": "draftzoo.architectures.draft_lm:export_hf",
+            "gguf": "draftzoo.architectures.draft_lm:export_gguf",
+        },
         importers={"hf": "draftzoo.architectures.draft_lm:import_hf"},
         tests=("tests/train/test_draft_lm.py", "tests/inference/test_runtime.py"),
     ),
@@ -115,6 +118,14 @@ def export_hf(export) -> None:
     config = {**export.config, "draftzoo": {"family": export.record["family"]}}
     (export.folder / "config.json").write_text(json.dumps(config))
     shutil.copy2(export.source / "model.safetensors", export.folder / "model.safetensors")
+
+
+def export_gguf(export) -> None:
+    """The draft LM -> its transformers checkpoint -> a plain llama.cpp GGUF sharing the
+    target's vocabulary (gguf_export.py)."""
+    from .gguf_export import convert_with_llama_cpp
+
+    convert_with_llama_cpp(export, "hf", export_hf, False, "draft-simple")
 
 
 def import_hf(peer, target):

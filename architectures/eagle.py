@@ -59,7 +59,8 @@ FAMILY_SPECS = (
         exporters={
             fmt: "draftzoo.architectures.eagle_export:export_eagle3"
             for fmt in ("vllm", "sglang", "speculators")
-        },
+        }
+        | {"gguf": "draftzoo.architectures.eagle_export:export_eagle3_gguf"},
         importers={
             "speculators": "draftzoo.architectures.eagle_import:import_speculators",
             "eagle3": "draftzoo.architectures.eagle_import:import_eagle3",

@@ -94,3 +94,10 @@ def export_eagle1(export: Export) -> None:
     weights = {k.replace("midlayer.", "layers.0.", 1): v for k, v in tensors.items()}
     out = {**llama_fields(export.config), "architectures": ["EagleLlamaForCausalLM"]}
     export.write_checkpoint(out, weights)
+
+
+def export_eagle3_gguf(export: Export) -> None:
+    """EAGLE-3 -> `LlamaForCausalLMEagle3` -> llama.cpp's `eagle3` GGUF (gguf_export.py)."""
+    from .gguf_export import convert_with_llama_cpp
+
+    convert_with_llama_cpp(export, "vllm", export_eagle3, True, "draft-eagle3")

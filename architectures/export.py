@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +63,7 @@ from .drafter_io import (
     scratch_dir,
 )
 from .errors import DraftzooError, ExportError
+from .gguf_settings import GgufSettings
 
 #: formats that carry the target's input embedding unless told otherwise
 EMBEDDING_BY_DEFAULT = ("speculators",)
@@ -182,6 +183,8 @@ class Export:
     speculative_tokens: int
     embed_tokens: bool  # write the target's input embedding
     files: DrafterFiles | None = None  # the drafter's files as the front door read them
+    #: the `gguf` format's converter and float type
+    gguf: GgufSettings = field(default_factory=GgufSettings)
 
     def tensors(self) -> dict[str, torch.Tensor]:
         """The drafter's weights."""
@@ -239,6 +242,7 @@ def export_drafter(
     speculative_tokens: int = 3,
     target: str | None = None,
     embed_tokens: bool | None = None,
+    gguf: GgufSettings | None = None,
 ) -> Path:
     """Write drafter `path` in format `fmt` to `output_dir` (atomically); returns it.
 
@@ -263,9 +267,7 @@ def export_drafter(
         raise ExportError(f"{path}: the drafter's record names no target; name it (--target)")
     config = files.json()
     verifier = verifier or (verifier_reference(target) if target else "")
-    linked = [name for name in TOKENIZER_FILES if (path / name).is_symlink()]
-    if linked:  # copied, a link would carry whatever it points to into the export
-        raise ExportError(f"{path / linked[0]} is a symbolic link; export copies only files")
+    _check_no_linked_tokenizer_files(path)
     tmp = scratch_dir(output_dir, "tmp")  # from here on, a failure removes it
     export = Export(
         source=path,
@@ -279,10 +281,11 @@ def export_drafter(
         speculative_tokens=speculative_tokens,
         embed_tokens=embed,
         files=files,
+        gguf=gguf or GgufSettings(),
     )
     try:
         for name in TOKENIZER_FILES:
-            if (path / name).is_file():
+            if (path / name).is_file():  # no link (checked above)
                 shutil.copy2(path / name, tmp / name)
         _run_exporter(exporter, export, spec.display_name)
         _check_marked(tmp, spec.name, fmt)
@@ -290,6 +293,13 @@ def export_drafter(
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)  # a refused or failed export leaves nothing
         raise
+
+
+def _check_no_linked_tokenizer_files(path: Path) -> None:
+    """Copied, a link would carry whatever it points to into the export."""
+    linked = [name for name in TOKENIZER_FILES if (path / name).is_symlink()]
+    if linked:
+        raise ExportError(f"{path / linked[0]} is a symbolic link; export copies only files")
 
 
 def _run_exporter(exporter, export: Export, family: str) -> None:
@@ -317,7 +327,7 @@ def export_for_target(
     """`export_drafter` for a drafter folder or zoo name and a target by folder or hub name
     (default: the one its recipe names), whose config it is checked against unless
     `check_target` is False. `options`: `export_drafter`'s verifier, speculative_tokens,
-    embed_tokens."""
+    embed_tokens, gguf."""
     from .zoo_index import resolve_drafter
 
     folder, _ = resolve_drafter(drafter)
@@ -385,6 +395,14 @@ def describe_export(folder: Path) -> list[str]:
         lines.append(f"verifier: {verifier}")
     if config.get("base_model_name_or_path"):
         lines.append(f"base model: {config['base_model_name_or_path']}")
+    gguf = config.get("draftzoo", {}).get("gguf")
+    if gguf:
+        lines.append(
+            f"{gguf['file']} ({gguf['outtype']}, from {gguf['converted_from']} by "
+            f"{gguf['converter']}): llama.cpp serves it with -md and --spec-type "
+            f"{gguf['spec_type']}"
+        )
+        return lines
     source = config.get("draftzoo", {}).get("embed_tokens_from")
     if source:
         lines.append(f"embed_tokens: the target's input embedding, from {source}")

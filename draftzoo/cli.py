@@ -298,6 +298,7 @@ def _leaderboard(args: argparse.Namespace) -> int:
 
 def _export(args: argparse.Namespace) -> int:
     from draftzoo.architectures.export import describe_export, export_for_target
+    from draftzoo.architectures.gguf_settings import GgufSettings
 
     out = export_for_target(
         args.drafter,
@@ -308,6 +309,7 @@ def _export(args: argparse.Namespace) -> int:
         verifier=args.verifier,
         speculative_tokens=args.num_speculative_tokens,
         embed_tokens=args.embed_tokens,
+        gguf=GgufSettings(args.llama_cpp, args.gguf_type),
     )
     print(f"exported: {out} ({args.format})")
     for line in describe_export(out):

@@ -22,6 +22,7 @@ from draftzoo.architectures.defaults import (
     TARGET_DTYPE_NAMES,
     TEMPERATURE,
 )
+from draftzoo.architectures.gguf_settings import GGUF_TYPES
 from draftzoo.inference.model_free import add_model_free_flags
 from draftzoo.inference.proposal_settings import add_proposal_flags
 
@@ -520,6 +521,18 @@ def _add_zoo_commands(commands, handlers: Mapping[str, Callable]) -> None:
     )
     exp.add_argument(
         "--num-speculative-tokens", type=int, default=3, help="speculators: proposal length"
+    )
+    exp.add_argument(
+        "--llama-cpp",
+        metavar="DIR",
+        help="gguf: the llama.cpp source tree whose convert_hf_to_gguf.py converts the export",
+    )
+    exp.add_argument(
+        "--gguf-type",
+        default="bf16",
+        choices=GGUF_TYPES,
+        help="gguf: what the converter writes floats as (its --outtype; default bf16, the "
+        "drafter's own)",
     )
     exp.set_defaults(func=handlers["export"])
 

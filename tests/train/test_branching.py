@@ -33,9 +33,7 @@ def test_wsd_warms_up_holds_then_decays_and_a_shorter_budget_shares_its_start():
     assert short(180) == pytest.approx(0.55)
 
 
-def test_a_budget_branched_from_a_longer_run_trains_as_it_would_alone(
-    testbed_tiny, chat, tmp_path
-):
+def test_a_budget_branched_from_a_longer_run_trains_as_it_would_alone(testbed_tiny, chat, tmp_path):
     """6-step run, decay over its last half, a checkpoint every step, the newest 2 kept and
     step 2 pinned; a 4-step budget (decay from step 2) started from that checkpoint ends with
     the weights of a 4-step run on its own."""
