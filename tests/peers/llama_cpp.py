@@ -49,7 +49,9 @@ def home() -> Path:
 
 
 def _stamp() -> str:
-    return json.dumps({"version": VERSION, "flags": CMAKE_FLAGS, "binaries": BINARIES})
+    return json.dumps(
+        {"version": VERSION, "flags": CMAKE_FLAGS, "binaries": BINARIES, "git": "ceiling"}
+    )
 
 
 def _download(to: Path) -> Path:
@@ -97,7 +99,10 @@ def build() -> Path:
 
 
 def _run(command: list[str]) -> None:
-    result = subprocess.run(command, capture_output=True, text=True)
+    # llama.cpp's build info asks git for the commit of the folder it is built in: stop git at
+    # the peers folder, so a build inside a checkout does not take that checkout's commit
+    env = {**os.environ, "GIT_CEILING_DIRECTORIES": str(peers_dir().resolve())}
+    result = subprocess.run(command, capture_output=True, text=True, env=env)
     if result.returncode != 0:
         raise RuntimeError(f"{' '.join(command[:4])} failed:\n{result.stderr[-4000:]}")
 
