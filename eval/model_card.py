@@ -317,6 +317,14 @@ def _hybrid_sentence(rule: dict[str, Any] | None) -> str:
     """What a hybrid's rule weighs (nothing for other proposals)."""
     if rule is None:
         return ""
+    if "lookup" not in rule:  # recorded before prompt lookup's copy joined the rule
+        return (
+            " Each round verifies suffix decoding's branches alone, the drafter's proposal with "
+            "them merged in, the drafter's alone or nothing (a plain step), by its suffix "
+            "branches' scores and the measured pace of its rounds against plain steps: the rule "
+            "as measured, before prompt lookup's copy joined it; loaded today, the entry serves "
+            "today's rule (`serving.hybrid_rule` in report.json; docs/runtime.md)."
+        )
     weighs = (
         "the measured tokens per second of each kind of round (what each candidate would have "
         "had accepted is measured every round)"

@@ -192,6 +192,9 @@ RECIPE_KEYS = st.sampled_from(
         "train.warmup_steps",
         "train.loss_chunk_rows",
         "train.schedule",
+        "train.decay_fraction",
+        "train.checkpoint_steps",
+        "train.start_from",
         "train.mixed_precision",
         "data.max_length",
         "data.packing",
@@ -211,7 +214,7 @@ RECIPE_KEYS = st.sampled_from(
 PLAUSIBLE = st.one_of(
     st.integers(0, 600),
     st.floats(0, 2),
-    st.sampled_from(["cosine", "bf16", "no", "offline", "float8_e4m3", "ce", "fkl", "drop"]),
+    st.sampled_from(["cosine", "wsd", "bf16", "no", "offline", "float8_e4m3", "ce", "fkl", "drop"]),
 )
 
 

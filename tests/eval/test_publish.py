@@ -383,3 +383,14 @@ def test_engine_runs_beside_a_drafter_reach_its_card_and_the_leaderboard(measure
     with pytest.raises(EngineRunsError, match="tokens per second must be > 0"):
         publish(folder, measured["eagle1"][1], zoo, "served", overwrite=True)
     assert (zoo / "served" / "README.md").read_text() == card
+
+
+def test_a_hybrid_measured_under_the_earlier_rule_says_so_on_its_card():
+    """A report whose hybrid rule predates prompt lookup's copy (no `lookup` field) is described
+    as measured, not as today's rule would serve it."""
+    from draftzoo.eval.model_card import _hybrid_sentence
+
+    earlier = {"alone_margin": 1.0, "min_score": 0.5, "decay": 0.8, "pace": True, "probe_every": 32}
+    said = _hybrid_sentence(earlier)
+    assert "suffix branches' scores" in said and "before prompt lookup's copy joined it" in said
+    assert "prompt lookup's copy or suffix" in _hybrid_sentence({**earlier, "lookup": True})

