@@ -223,6 +223,14 @@ class Export:
 MAX_SPECULATIVE_TOKENS = 64
 
 
+def _check_options(fmt: str, speculative_tokens, gguf: GgufSettings | None) -> None:
+    """The proposal length an export records, and no converter settings for a format that
+    runs no converter."""
+    _check_speculative_tokens(speculative_tokens)
+    if fmt != "gguf" and gguf not in (None, GgufSettings()):
+        raise ExportError("--llama-cpp and --gguf-type are for --format gguf")
+
+
 def _check_speculative_tokens(speculative_tokens) -> None:
     """The proposal length an export records: an integer in 1..MAX_SPECULATIVE_TOKENS."""
     if isinstance(speculative_tokens, bool) or not isinstance(speculative_tokens, int):
@@ -254,7 +262,7 @@ def export_drafter(
     """
     from .families import family_spec
 
-    _check_speculative_tokens(speculative_tokens)
+    _check_options(fmt, speculative_tokens, gguf)
     path, output_dir = Path(path), output_path(output_dir)
     check_replaceable(output_dir, inputs=(path,))  # before any work
     files = DrafterFiles.open(path)

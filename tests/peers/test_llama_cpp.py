@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from draftzoo.architectures.gguf_export import GGUF_FILE
-from draftzoo.architectures.target_store import get_target, packaged_target
+from draftzoo.architectures.target_store import get_target, packaged_target, target_gguf
 from draftzoo.architectures.zoo_index import ZooIndex, builtin_zoo_dir
 from draftzoo.cli import main
 from draftzoo.data.prompts import humaneval_prompts
@@ -41,10 +41,7 @@ ENTRIES = {
 def target() -> tuple[Path, Path]:
     """(the target's folder, the GGUF llama.cpp runs)."""
     packaged = packaged_target(TARGET)
-    folder = get_target(packaged)
-    gguf = folder.parent / ".downloads" / packaged.gguf_name  # kept beside it by `target get`
-    assert gguf.is_file(), gguf
-    return folder, gguf
+    return get_target(packaged), target_gguf(packaged)
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +74,8 @@ def test_llama_cpp_speculates_with_our_drafter_and_gives_its_own_greedy_text(
 
 def test_families_llama_cpp_cannot_serve_are_refused_in_one_line(capsys, tmp_path):
     """Medusa and MTP have no GGUF export (llama.cpp's draft-mtp reads MTP layers inside the
-    target's own GGUF, not a standalone module)."""
+    target's own GGUF, not a standalone module); converter settings with another format are
+    refused."""
     index = ZooIndex(builtin_zoo_dir())
     for name in ("medusa1-testbed-small", "mtp-testbed-small"):
         index.folder(name)
@@ -85,3 +83,9 @@ def test_families_llama_cpp_cannot_serve_are_refused_in_one_line(capsys, tmp_pat
         err = capsys.readouterr().err.strip().splitlines()
         assert code == 2 and len(err) == 1 and "exports to:" in err[0], err
         assert not (tmp_path / name).exists()
+    out = tmp_path / "vllm"
+    asked = ["export", "eagle3-testbed-small", "--format", "vllm", "--output-dir", str(out)]
+    code = main([*asked, "--gguf-type", "q8_0"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and err[-1].endswith("--llama-cpp and --gguf-type are for --format gguf")
+    assert not out.exists()
