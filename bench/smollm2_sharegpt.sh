@@ -20,7 +20,9 @@
 # ~5.3 s (bench/results/cpu-2026-12-06-eagle3-step/), so one pass ~5.4 h.
 # Settings (environment):
 #   RUNS        where the capture and drafters go (runs)
-#   STAGES      "capture train" (default both; "ablate" adds the ablation rows)
+#   STAGES      "capture train" (default both; "ablate" adds the ablation rows, "curve"
+#               evaluates every budget's drafter (tau counts tokens, not seconds: no quiet
+#               machine needed) and fits the curve, bench/scaling_curve.py)
 #   FAMILY      which family trains at each budget (eagle3)
 #   BUDGETS     supervised tokens in millions ("0.3 1 2 4 10"; the largest trains, the others
 #               branch from it; a step supervises ~2,760 tokens: 4 rows of 1,024 at 0.674
@@ -86,6 +88,16 @@ if [[ " $stages " == *" train "* ]]; then
             "train.start_from=$main.work/checkpoints/step-$branch"
     done
 fi
+# where each budget's drafter is: the largest trained, the others branched from it
+drafter_of() {
+    local largest
+    largest=$(printf "%s\n" $budgets | sort -g | tail -1)
+    if [ "$1" = "$largest" ]; then
+        echo "$runs/$family-smollm2-sharegpt-${1}m"
+    else
+        echo "$runs/$family-smollm2-sharegpt-${1}m-wsd"
+    fi
+}
 # the ablation table's rows, each against the scaling curve's run of the same budget (same
 # data, same order, same schedule): NAME:KEY=VALUE[,KEY=VALUE...]
 if [[ " $stages " == *" ablate "* ]]; then
@@ -95,5 +107,20 @@ if [[ " $stages " == *" ablate "* ]]; then
         train_budget "${ABLATION_BUDGET:-1}" \
             "$runs/$family-smollm2-sharegpt-${ABLATION_BUDGET:-1}m-$name" "${pairs[@]}"
     done
+fi
+if [[ " $stages " == *" curve "* ]]; then
+    reports=()
+    for budget in $budgets; do
+        drafter=$(drafter_of "$budget")
+        out="$runs/curve/$family-${budget}m"
+        [ -f "$drafter/draftzoo.json" ] || { echo "$drafter not trained yet"; continue; }
+        [ -f "$out/report.json" ] || draftzoo eval "$drafter" --prompt-set sharegpt-heldout \
+            --prompt-set mt-bench --prompts 16 --temperatures 0 1 --num-speculative-tokens 4 \
+            --certificate-samples 0 --threads 2 --output-dir "$out"
+        reports+=(--report "$budget=$out/report.json")
+    done
+    if [ "${#reports[@]}" -ge 4 ]; then  # two budgets at least
+        python bench/scaling_curve.py "${reports[@]}" --goal 2.0 --output-dir "$runs/curve"
+    fi
 fi
 echo done
