@@ -31,8 +31,9 @@
 #   SET_EXTRA   more --set pairs for every run
 #   ABLATIONS   NAME:KEY=VALUE[,KEY=VALUE] rows trained at ABLATION_BUDGET M (default 1) from
 #               scratch with the curve's schedule: "lk:eagle.token_loss=lk
-#               init:eagle.init_layer=-1" (LK's acceptance loss; the drafter's layer started
-#               from the target's last)
+#               init:eagle.init_layer=-1 passes2:train.rows=724" (LK's acceptance loss; the
+#               drafter's layer started from the target's last; 1 M tokens as two passes over
+#               the first 724 rows instead of one pass over 1,448)
 set -euo pipefail
 runs=${RUNS:-runs}
 stages=${STAGES:-capture train}
@@ -101,7 +102,8 @@ drafter_of() {
 # the ablation table's rows, each against the scaling curve's run of the same budget (same
 # data, same order, same schedule): NAME:KEY=VALUE[,KEY=VALUE...]
 if [[ " $stages " == *" ablate "* ]]; then
-    for ablation in ${ABLATIONS:-lk:eagle.token_loss=lk init:eagle.init_layer=-1}; do
+    ablations=${ABLATIONS:-lk:eagle.token_loss=lk init:eagle.init_layer=-1 passes2:train.rows=724}
+    for ablation in $ablations; do
         name=${ablation%%:*}
         IFS=, read -r -a pairs <<< "${ablation#*:}"
         train_budget "${ABLATION_BUDGET:-1}" \

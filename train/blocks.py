@@ -48,6 +48,10 @@ from .trackers import prepare_trackers
 logger = logging.getLogger(__name__)
 
 
+class TrainRowsError(DraftzooError, ValueError):
+    """`train.rows` asks for more rows than the data holds."""
+
+
 class FamilyLoss(Protocol):
     """What a family adds to the shared loop."""
 
@@ -103,6 +107,11 @@ class Run:
     def config(self):
         """The recipe's `TrainConfig`."""
         return self.recipe.train
+
+    @property
+    def training_rows(self) -> int:
+        """How many of the dataset's rows the steps draw from (`train.rows`, else all)."""
+        return self.config.rows or len(self.dataset)
 
 
 @dataclass
@@ -168,6 +177,8 @@ def _set_up(recipe, output_dir: Path, work_dir: Path, cache_dir: Path) -> Run:
     else:
         features = OfflineFeatures(Path(recipe.capture.dir), layers)
         features.check(target.fingerprint(), data_hash, recipe.capture.dtype)
+    if cfg.rows is not None and cfg.rows > len(dataset):
+        raise TrainRowsError(f"train.rows {cfg.rows} is more than the {len(dataset)} training rows")
     start = None
     if cfg.start_from is not None:
         start = read_start_point(cfg.start_from, cfg.max_steps, data_hash)
@@ -297,7 +308,7 @@ def step_batches(run: Run, step: int) -> tuple[list[list[int]], list]:
     """(row plan, collated micro-batches on the device) of this rank at `step`."""
     cfg, accelerator = run.config, run.accelerator
     plan = step_rows(
-        len(run.dataset),
+        run.training_rows,
         cfg.seed,
         step,
         cfg.micro_batch_size,
@@ -325,7 +336,7 @@ def train_steps(run: Run, model, optimizer, scheduler, loss: FamilyLoss) -> Outc
         config={"recipe": json.dumps(to_dict(run.recipe)), "data_hash": run.data_hash},
         init_kwargs={"wandb": {"name": run.recipe.name}},
     )
-    rows, world = len(run.dataset), accelerator.num_processes
+    rows, world = run.training_rows, accelerator.num_processes
     passes = data_passes(rows, cfg.max_steps, cfg.micro_batch_size, cfg.grad_accum, world)
     logger.info("%d steps: %.3g passes over the %d training rows", cfg.max_steps, passes, rows)
     bar = tqdm(

@@ -42,6 +42,9 @@ class TrainConfig:
     #: "auto" (bf16 autocast where the hardware has native bf16, else float32), "bf16", "fp16"
     #: or "no"
     mixed_precision: str = "auto"
+    #: train on the first N training rows only (more passes over less text at one budget;
+    #: the data, its hash and an offline capture stay the whole set's); None: every row
+    rows: int | None = None
     checkpoint_every: int = 50  # steps between `save_state` checkpoints (resume points)
     keep_checkpoints: int = 2  # complete checkpoints kept on disk
     #: steps saved as checkpoints besides every `checkpoint_every`, never pruned (branch points)
@@ -79,6 +82,8 @@ class TrainConfig:
             )
         if self.keep_checkpoints < 1:
             raise ValueError("keep_checkpoints must be >= 1")
+        if self.rows is not None and self.rows < 1:
+            raise ValueError(f"rows must be >= 1 (or null for every row), got {self.rows}")
         if not 0 < self.decay_fraction <= 1:
             raise ValueError(f"decay_fraction must be in (0, 1], got {self.decay_fraction}")
         outside = [s for s in self.checkpoint_steps if not 0 < s < self.max_steps]

@@ -91,3 +91,25 @@ def test_start_from_refuses_what_it_cannot_continue_in_one_line(testbed_tiny, ch
     bad = replace(recipe, train=replace(recipe.train, start_from=str(tmp_path / "absent")))
     path = recipe_yaml(bad, tmp_path / "bad.yaml")
     assert main(["train", str(path)]) == 2
+
+
+def test_train_rows_draws_every_step_from_the_first_rows_only(testbed_tiny, chat, tmp_path):
+    """`train.rows`: more passes over less text at one budget (the ablation of passes); the
+    data and its hash stay the whole set's; more rows than the data holds is refused."""
+    from draftzoo.train.blocks import TrainRowsError
+
+    recipe = tiny_eagle_recipe(tmp_path / "few", testbed_tiny[0], chat, train={"rows": 4})
+    result = run(recipe)
+    seen = [json.loads(line) for line in (work_dir_of(recipe) / "rows-rank0.jsonl").open()]
+    assert [sorted(r for micro in s["rows"] for r in micro) for s in seen] == [[0, 1, 2, 3]] * 2
+    assert result.data_passes == 2.0
+    whole = tiny_eagle_recipe(tmp_path / "all", testbed_tiny[0], chat)
+    record = json.loads((Path(recipe.output_dir) / "draftzoo.json").read_text())
+    run(whole)
+    assert (
+        record["data_hash"]
+        == json.loads((Path(whole.output_dir) / "draftzoo.json").read_text())["data_hash"]
+    )
+    too_many = tiny_eagle_recipe(tmp_path / "many", testbed_tiny[0], chat, train={"rows": 10_000})
+    with pytest.raises(TrainRowsError, match="more than the"):
+        run(too_many)
