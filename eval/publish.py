@@ -45,6 +45,8 @@ from .plots import plot_report
 from .runner import REPORT_FILE, SUMMARY_FILE, headline
 
 CARD_FILE = "README.md"
+#: files beside a drafter that publish carries into its entry when they are there
+BESIDE_FILES = (RERUN_COST_FILE, ENGINE_RUNS_FILE)
 RECIPE_FILE = "recipe.yaml"
 #: a zoo name: a-z or 0-9 first (so never "." or ".."), then a-z, 0-9, ".", "_", "-"
 ZOO_NAME = re.compile(r"[a-z0-9][a-z0-9._-]*")
@@ -196,7 +198,7 @@ def _index_entry(name: str, record: dict, report: dict, digest: str) -> dict[str
 def _refuse_links(folder: Path) -> None:
     """A drafter file that is a symbolic link would be copied from wherever it points (and
     pushed with the zoo): publish takes regular files only."""
-    for name in (*defining_files(folder), *TOKENIZER_FILES):
+    for name in (*defining_files(folder), *TOKENIZER_FILES, *BESIDE_FILES):
         path = folder / name
         if path.is_symlink() or (path.parent != folder and path.parent.is_symlink()):
             raise PublishError(
@@ -250,10 +252,9 @@ def _build_folder(source, tmp, name, record, report, report_path, rerun_cost, en
     if summary.is_file():
         shutil.copy2(summary, tmp / SUMMARY_FILE)
     (tmp / RECIPE_FILE).write_text(yaml.safe_dump(record.get("recipe", {}), sort_keys=False))
-    if rerun_cost is not None:  # figures the training did not record
-        shutil.copy2(source / RERUN_COST_FILE, tmp / RERUN_COST_FILE)
-    if engine_runs is not None:  # what other engines measured serving it
-        shutil.copy2(source / ENGINE_RUNS_FILE, tmp / ENGINE_RUNS_FILE)
+    for name in BESIDE_FILES:  # a rerun's cost figures, other engines' measurements
+        if (source / name).is_file():
+            shutil.copy2(source / name, tmp / name)
     plots = [p.name for p in plot_report(report, tmp)]
     notes = family_spec(record["family"]).serving_notes(tmp)
     command = train_command(record)

@@ -378,6 +378,11 @@ def test_engine_runs_beside_a_drafter_reach_its_card_and_the_leaderboard(measure
     assert "### Served by llama.cpp build 11434" in board
     assert "| `served` | 0 | 71.2 | 123.1 | 0.58x | 27.5% | 2/2 |" in board
 
+    (folder / "engine_runs.json").unlink()
+    (folder / "engine_runs.json").symlink_to(published / "engine_runs.json")
+    with pytest.raises(PublishError, match="is a symbolic link"):
+        publish(folder, measured["eagle1"][1], zoo, "served", overwrite=True)
+    (folder / "engine_runs.json").unlink()
     broken = {**run, "rows": [{**run["rows"][0], "tokens_per_second": 0}]}
     (folder / "engine_runs.json").write_text(json.dumps([broken]))
     with pytest.raises(EngineRunsError, match="tokens per second must be > 0"):
