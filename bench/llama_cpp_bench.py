@@ -122,6 +122,12 @@ def main() -> None:
         _write_engine_runs(args, drafter, drafts, results, target.name, setting)
 
 
+def _identical(runs, base) -> int:
+    """Prompts whose text begins with target-only's whole text (a speculative run may decode a
+    few tokens past it)."""
+    return sum(r.text.startswith(b.text) for r, b in zip(runs, base, strict=True))
+
+
 def _speed(runs) -> float:
     return sum(r.tokens for r in runs) / sum(r.seconds for r in runs)
 
@@ -142,7 +148,7 @@ def _write_engine_runs(args, drafter, drafts, results, target_name: str, setting
             "acceptance": round(sum(r.accepted for r in runs) / sum(r.drafted for r in runs), 4),
         }
         if temperature == 0:
-            same = sum(r.text.startswith(b.text) for r, b in zip(runs, base, strict=True))
+            same = _identical(runs, base)
             row["identical"] = f"{same}/{len(runs)}"
         rows.append(row)
     run = {
@@ -185,9 +191,7 @@ def _print_table(temperature: float, rows: dict[str, list], drafted_rows: tuple)
         accept = f"{sum(r.accepted for r in runs) / drafted:.1%}" if drafted else "-"
         differs = "-"
         if temperature == 0 and name.startswith(("ngram", *drafted_rows)):
-            differs = str(
-                sum(not r.text.startswith(b.text) for r, b in zip(runs, base, strict=True))
-            )
+            differs = str(len(runs) - _identical(runs, base))
         print(f"{name:<52} {speed:7.1f} {speed / base_speed:5.2f}x {accept:>7} {differs:>8}")
 
 
