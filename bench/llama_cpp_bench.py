@@ -76,6 +76,15 @@ def export_drafts(args, llama_cpp: Path) -> list[Draft]:
     return drafts
 
 
+def settings(args, drafts: list[Draft]) -> list[tuple[Draft, int, str]]:
+    """Every drafter x float type x draft length x extra llama.cpp flags asked for."""
+    return [(d, n, f) for d in drafts for n in args.n_max for f in args.draft_flags]
+
+
+def row_name(draft: Draft, n_max: int, flags: str) -> str:
+    return f"{draft.label} n-max {n_max} {flags}".strip()
+
+
 def decode_all(args, target: Path, texts: list[str], drafts: list[Draft], temperature: float):
     """{row: [Generation per prompt]}: every row on every prompt, rows interleaved prompt by
     prompt; the first prompt is a warm-up, not kept."""
@@ -88,12 +97,11 @@ def decode_all(args, target: Path, texts: list[str], drafts: list[Draft], temper
         }
         for spec_type in NGRAM_TYPES:
             runs[spec_type] = speculate(target, None, spec_type, prompt, *common)
-        for draft in drafts:
-            for n_max in args.n_max:
-                extra = ("--spec-draft-n-max", str(n_max))
-                runs[f"{draft.label} n-max {n_max}"] = speculate(
-                    target, draft.path, draft.spec_type, prompt, *common, extra=extra
-                )
+        for draft, n_max, flags in settings(args, drafts):
+            extra = ("--spec-draft-n-max", str(n_max), *flags.split())
+            runs[row_name(draft, n_max, flags)] = speculate(
+                target, draft.path, draft.spec_type, prompt, *common, extra=extra
+            )
         if index > 0:
             for name, run in runs.items():
                 rows[name].append(run)
@@ -136,11 +144,11 @@ def _write_engine_runs(args, drafter, drafts, results, target_name: str, setting
     """`engine_runs.json` for `drafter`: its fastest setting at the first temperature, with
     that setting's row at every temperature (eval/engine_runs.py)."""
     first = results[args.temperatures[0]]
-    mine = [(d, n) for d in drafts if d.drafter == drafter for n in args.n_max]
-    draft, n_max = max(mine, key=lambda dn: _speed(first[f"{dn[0].label} n-max {dn[1]}"]))
+    mine = [setting for setting in settings(args, drafts) if setting[0].drafter == drafter]
+    draft, n_max, flags = max(mine, key=lambda setting: _speed(first[row_name(*setting)]))
     rows = []
     for temperature, table in results.items():
-        runs, base = table[f"{draft.label} n-max {n_max}"], table["target-only"]
+        runs, base = table[row_name(draft, n_max, flags)], table["target-only"]
         row = {
             "temperature": temperature,
             "tokens_per_second": round(_speed(runs), 1),
@@ -160,11 +168,15 @@ def _write_engine_runs(args, drafter, drafts, results, target_name: str, setting
         "prompts": setting,
         "export": f"draftzoo export {drafter} --format gguf --gguf-type {draft.gguf_type} "
         "--llama-cpp LLAMA_CPP --output-dir OUT",
-        "command": f"llama-speculative-simple -m {target_name} -md OUT/{GGUF_FILE} "
-        f"--spec-type {draft.spec_type} --spec-draft-n-max {n_max} -t {args.threads} --temp T",
+        "command": " ".join(
+            f"llama-speculative-simple -m {target_name} -md OUT/{GGUF_FILE} --spec-type "
+            f"{draft.spec_type} --spec-draft-n-max {n_max} {flags} -t {args.threads} "
+            "--temp T".split()
+        ),
         "rows": rows,
         "note": "Its fastest setting measured here (float types "
-        f"{', '.join(args.gguf_types)}; n-max {', '.join(map(str, args.n_max))}); target-only "
+        f"{', '.join(args.gguf_types)}; n-max {', '.join(map(str, args.n_max))}; other flags: "
+        f"{', '.join(f or 'none' for f in args.draft_flags)}); target-only "
         "is the same program with nothing drafted; bench/results/cpu-2026-12-06-llama-cpp/.",
     }
     path = Path(args.output_dir) / Path(drafter).name / ENGINE_RUNS_FILE
@@ -203,6 +215,12 @@ def _parse_args() -> argparse.Namespace:
     parser.add_argument("--drafter", action="append", default=[], help="zoo name or folder")
     parser.add_argument("--gguf-types", nargs="+", default=["bf16"])
     parser.add_argument("--n-max", type=int, nargs="+", default=[4])
+    parser.add_argument(
+        "--draft-flags",
+        nargs="+",
+        default=[""],
+        help='more llama-speculative-simple flags, a row each: "" "-td 1" "--spec-draft-p-min 0.5"',
+    )
     parser.add_argument("--temperatures", type=float, nargs="+", default=[0.0])
     parser.add_argument("--tokens", type=int, default=128)
     parser.add_argument("--threads", type=int, default=2)
