@@ -195,6 +195,7 @@ RECIPE_KEYS = st.sampled_from(
         "train.decay_fraction",
         "train.checkpoint_steps",
         "train.start_from",
+        "train.rows",
         "train.mixed_precision",
         "data.max_length",
         "data.packing",
