@@ -9,11 +9,11 @@ entry's runs in their own table, never ranked with draftzoo's own measurements.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from ..architectures.errors import DraftzooError
+from .beside_files import read_json_beside
 
 ENGINE_RUNS_FILE = "engine_runs.json"
 RUN_FIELDS = ("engine", "build", "device", "date", "target", "prompts", "export", "command", "rows")
@@ -27,12 +27,9 @@ class EngineRunsError(DraftzooError, ValueError):
 def read_engine_runs(folder: Path) -> list[dict[str, Any]] | None:
     """The `ENGINE_RUNS_FILE` beside a drafter, checked; None when there is none."""
     path = Path(folder) / ENGINE_RUNS_FILE
-    if not path.is_file():
+    runs = read_json_beside(folder, ENGINE_RUNS_FILE, "an engine-runs file", EngineRunsError)
+    if runs is None:
         return None
-    try:
-        runs = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, ValueError) as err:
-        raise EngineRunsError(f"{path}: not an engine-runs file ({err})") from None
     if not isinstance(runs, list) or not runs:
         raise EngineRunsError(f"{path}: not an engine-runs file (a non-empty JSON list)")
     for index, run in enumerate(runs):

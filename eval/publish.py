@@ -36,6 +36,7 @@ from ..architectures.output_folders import restore_interrupted, swapped_in
 from ..architectures.peer_import import is_peer_folder
 from ..architectures.zoo_index import ZooIndex
 from ..inference.peer_import import imported_folder
+from .beside_files import read_json_beside
 from .certificate import describe
 from .certificate import headline as certificate_headline
 from .engine_runs import ENGINE_RUNS_FILE, read_engine_runs
@@ -228,12 +229,9 @@ def _report_of(folder: Path, digest: str, report_path: Path | None) -> dict:
 def rerun_cost_of(folder: Path) -> dict[str, Any] | None:
     """The `RERUN_COST_FILE` beside a drafter, checked; None when there is none."""
     path = folder / RERUN_COST_FILE
-    if not path.is_file():
+    cost = read_json_beside(folder, RERUN_COST_FILE, "a training-cost file", PublishError)
+    if cost is None:
         return None
-    try:
-        cost = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, ValueError) as err:
-        raise PublishError(f"{path}: not a training-cost file ({err})") from err
     missing = sorted({"steps", "device", "date"} - set(cost)) if isinstance(cost, dict) else []
     if missing or not isinstance(cost, dict):
         what = f"no {', '.join(missing)}" if missing else "not a JSON object"
