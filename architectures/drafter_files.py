@@ -24,6 +24,7 @@ from .drafter_io import (
     defining_names,
     parse_record,
 )
+from .output_folders import open_own_file
 
 
 class DrafterFiles:
@@ -103,7 +104,8 @@ def _read(folder: Path, name: str) -> bytes:
             )
         )
     try:
-        return file.read_bytes()
+        with open_own_file(file, DrafterError) as handle:
+            return handle.read()
     except OSError as err:
         raise DrafterError(f"{file} cannot be read: {err}") from err
 

@@ -21,6 +21,7 @@ from .output_folders import (  # noqa: F401  (the folder rule's names, re-export
     check_replaceable,
     interrupted_swap,
     is_marked_export,
+    open_own_file,
     output_path,
     replace_dir,
     scratch_dir,
@@ -134,7 +135,8 @@ def read_drafter_config(path: Path) -> dict[str, Any]:
 
 def _json_object(file: Path) -> dict[str, Any]:
     try:
-        data = json.loads(file.read_text())
+        with open_own_file(file, DrafterError) as handle:
+            data = json.loads(handle.read())
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as err:
         raise DrafterError(f"{file} is not valid JSON: {err}") from err
     if not isinstance(data, dict):
@@ -181,7 +183,7 @@ def checkpoint_hash(path: Path) -> str:
         if not file.is_file():
             raise DrafterError(f"{path} is not a complete drafter: {name} is missing")
         digest.update(name.encode() + b"\0")
-        with file.open("rb") as handle:
+        with open_own_file(file, DrafterError) as handle:
             for block in iter(lambda: handle.read(1 << 20), b""):
                 digest.update(block)
     return digest.hexdigest()

@@ -20,6 +20,7 @@ where `interrupted_swap` finds it.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
@@ -41,10 +42,18 @@ class OutputDirError(DraftzooError, ValueError):
     """An output folder draftzoo may not replace."""
 
 
-def output_path(output_dir: Path | str) -> Path:
-    """The folder a command writes, as given; `.`, `..` and the like resolved to their name."""
-    output_dir = Path(output_dir)
-    return output_dir.resolve() if output_dir.name in ("", ".", "..") else output_dir
+def output_path(output: Path | str) -> Path:
+    """The file or folder a command writes, as given; `.`, `..` and the like resolved to their
+    name. A link at that name is refused: draftzoo never writes through one (what the user
+    named would be replaced, or a place they did not name written)."""
+    output = Path(output)
+    output = output.resolve() if output.name in ("", ".", "..") else output
+    if output.is_symlink():
+        raise OutputDirError(
+            f"{output} is a symbolic link (to {os.readlink(output)}); draftzoo never writes "
+            "through one: name the file or folder itself"
+        )
+    return output
 
 
 #: the file inside a `tmp` scratch folder that says which process is building it
@@ -175,6 +184,18 @@ def refuse_inputs_inside(output_dir: Path, inputs: Iterable[Path | str]) -> None
             )
 
 
+def refuse_writing_into_inputs(output: Path, inputs: Iterable[Path | str]) -> None:
+    """Refuse an output that is, or lies inside, a folder the command reads: writing there
+    would change its own input (an eval report among a drafter's files, a zoo inside the
+    drafter it publishes)."""
+    for source in inputs:
+        if source and Path(source).is_dir() and _holds(Path(source), Path(output)):
+            raise OutputDirError(
+                f"{output} is or lies inside {source}, which this command reads; name an "
+                "output outside it"
+            )
+
+
 def check_replaceable(
     output_dir: Path, inputs: Iterable[Path | str] = (), zoo_managed: bool = False
 ) -> None:
@@ -292,15 +313,55 @@ def fresh_path(path: Path) -> Iterator[Path]:
     draftzoo writes is named here: `.<name>.XXXXXXXX.tmp`."""
     path = Path(path)
     handle, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(handle)
     tmp = Path(name)
     try:
-        os.fchmod(handle, 0o666 & ~_umask())
-        os.close(handle)
         yield tmp
+        _give_umask_mode(tmp)  # after the writer: safetensors writes its file anew, 0600
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def appending(path: Path) -> IO:
+    """The file `path` opened to append text (created if missing, with the umask's
+    permissions), never through a link at its name (O_NOFOLLOW): the one way draftzoo appends."""
+    try:
+        handle = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o666)
+    except OSError as err:
+        raise OutputDirError(f"{path}: cannot append to it ({err.strerror})") from err
+    return os.fdopen(handle, "a", encoding="utf-8")
+
+
+def open_own_file(path: Path, error: type[DraftzooError] = OutputDirError) -> IO[bytes]:
+    """The file `path` opened to read, never through a link at its name (O_NOFOLLOW):
+    draftzoo reads the files of its own folders (drafters, zoo entries) as they are, not what a
+    link there points to. A link is refused with `error`."""
+    try:
+        handle = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise error(
+                f"{path} is a symbolic link; draftzoo reads a folder's own regular files only"
+            ) from err
+        raise
+    return os.fdopen(handle, "rb")
+
+
+def _give_umask_mode(file: Path) -> None:
+    """The file `file` (never a link put at its name) with the permissions the umask gives."""
+    handle = os.open(file, os.O_RDONLY | os.O_NOFOLLOW)
+    try:
+        os.fchmod(handle, 0o666 & ~_umask())
+    finally:
+        os.close(handle)
+
+
+def fresh_names_left(folder: Path, pattern: str) -> list[Path]:
+    """The temporaries `fresh_path` / `fresh_dir` made in `folder` for names matching the glob
+    `pattern` and a killed writer left."""
+    return sorted(Path(folder).glob(f".{pattern}.*.tmp"))
 
 
 def fresh_dir(path: Path) -> Path:

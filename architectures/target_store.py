@@ -25,6 +25,7 @@ from pathlib import Path
 from .defaults import targets_dir
 from .output_folders import (
     SCRATCH_MARK,
+    output_path,
     refuse_inputs_inside,
     refuse_working_directory,
     scratch_dir,
@@ -70,7 +71,7 @@ def get_target(
 ) -> Path:
     """The converted folder of `target` under `root` (default `targets_dir()`): downloaded,
     checked and converted unless a finished one is there. Idempotent and resumable."""
-    root = Path(root) if root is not None else targets_dir()
+    root = output_path(root if root is not None else targets_dir())
     folder = root / target.name
     if _finished(folder, target):
         return folder

@@ -89,7 +89,9 @@ class ZooIndex:
     @contextmanager
     def locked(self) -> Iterator[dict[str, dict[str, Any]]]:
         """Hold the zoo's lock; yields the entries, written back (atomically) on success."""
-        self.root.mkdir(parents=True, exist_ok=True)
+        from .output_folders import output_path
+
+        output_path(self.root).mkdir(parents=True, exist_ok=True)
         try:  # never through a symbolic link, and never truncating what is there
             fd = os.open(self.root / ".lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
         except OSError as err:

@@ -35,7 +35,7 @@ import torch
 
 from ..architectures.config_io import check_seed
 from ..architectures.defaults import ANSWER_MAX_NEW_TOKENS, TEMPERATURE
-from ..architectures.output_folders import output_lock, write_text_atomically
+from ..architectures.output_folders import appending, output_lock, write_text_atomically
 from .answer_report import AnswerReport, answer_report
 from .conversations import RowReport, Sample, iter_rows, iter_samples
 from .errors import DataError
@@ -305,7 +305,7 @@ def _regenerate(adapter, data: DataConfig, output: Path, config: RegenerateConfi
         samples = itertools.islice(samples, config.limit)  # stop reading there
     written = 0
     pending = (s for s in samples if s.row not in done)
-    with output.open("a", encoding="utf-8") as handle:
+    with appending(output) as handle:
         for window in _batches(pending, config.batch_size * config.sort_window):
             by_length = sorted(window, key=lambda s: _prompt_tokens(tokenizer, s))
             messages: dict[int, list[dict] | None] = {}

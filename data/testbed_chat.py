@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from itertools import islice
 from pathlib import Path
 
-from ..architectures.output_folders import fresh_file
+from ..architectures.output_folders import fresh_file, output_path
 from .chat_pairs import iter_function_pairs
 from .corpus import CorpusSpec, fingerprint_files, list_sources, read_source
 from .errors import DataError
@@ -50,7 +50,7 @@ def export_testbed_chat(path: Path, max_rows: int | None = None) -> int:
     whose installed Python and packages differ (and so would build other conversations)."""
     if max_rows is not None and max_rows < 1:
         raise DataError(f"max_rows must be >= 1, got {max_rows}")
-    path = Path(path)
+    path = output_path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     count = 0
     with fresh_file(path) as handle:

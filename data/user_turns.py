@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 
 from ..architectures.config_io import check_seed
-from ..architectures.output_folders import output_lock, write_text_atomically
+from ..architectures.output_folders import appending, output_lock, write_text_atomically
 from .errors import DataError
 from .loss_mask import render_chat
 from .regenerate import stop_ids
@@ -231,7 +231,7 @@ def _synthesize(model, tokenizer, output: Path, config: UserTurnConfig) -> UserT
     output.parent.mkdir(parents=True, exist_ok=True)
     if not output.exists():  # the record first: a run killed before its first rows resumes
         _write_progress(progress, report, config, dtype)
-    with output.open("a", encoding="utf-8") as handle:
+    with appending(output) as handle:
         while report.kept < config.count:
             rows = []
             for text, finished, tokens in _sample_batch(

@@ -91,11 +91,14 @@ def _generate(args: argparse.Namespace) -> int:
 
 
 def _train(args: argparse.Namespace) -> int:
+    from draftzoo.architectures.output_folders import refuse_inputs_inside
     from draftzoo.train.registry import load_recipe, run_recipe
 
     recipe = load_recipe(args.recipe, args.set)
     if args.check:
         return _check_recipe(recipe)
+    # the recipe file is read again by each resume: never inside the folder a run replaces
+    refuse_inputs_inside(Path(recipe.output_dir), (args.recipe,))
     result = run_recipe(recipe)
     from draftzoo.train.distributed import partial_state
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..architectures.errors import DraftzooError
+from ..architectures.output_folders import open_own_file
 
 
 def read_json_beside(folder: Path, name: str, what: str, error: type[DraftzooError]) -> Any | None:
@@ -16,7 +17,9 @@ def read_json_beside(folder: Path, name: str, what: str, error: type[DraftzooErr
     path = Path(folder) / name
     if not path.is_file():
         return None
+    with open_own_file(path, error) as handle:  # a link there is refused, never followed
+        data = handle.read()
     try:
-        return json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, ValueError) as err:
+        return json.loads(data)
+    except (UnicodeDecodeError, ValueError) as err:
         raise error(f"{path}: not {what} ({err})") from None

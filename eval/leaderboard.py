@@ -31,7 +31,12 @@ from typing import Any
 from ..architectures.config_io import ConfigError
 from ..architectures.drafter_io import read_drafter_record
 from ..architectures.families import display_name
-from ..architectures.output_folders import fresh_path, write_text_atomically
+from ..architectures.output_folders import (
+    fresh_path,
+    open_own_file,
+    output_path,
+    write_text_atomically,
+)
 from ..architectures.zoo_index import ZooIndex
 from ..inference.model_free import model_free_specs
 from ..inference.proposal_settings import describe_serving
@@ -207,7 +212,8 @@ def rows_from_zoo(zoo: Path, target: str | None = None) -> list[Row]:
             continue
         folder = index.folder(name)
         try:
-            report = json.loads((folder / "report.json").read_text())
+            with open_own_file(folder / "report.json") as handle:  # never through a link
+                report = json.loads(handle.read())
             row = row_from_report(report, name, folder, card=f"{name}/README.md")
             row.engine_runs = _engine_runs(folder, name)
             rows.append(row)
@@ -442,7 +448,7 @@ def plot(rows: list[Row], path: Path) -> Path:
 def write(rows: list[Row], output_dir: Path, title: str) -> list[Path]:
     """LEADERBOARD.md and leaderboard.png in `output_dir` (each written whole, then renamed)."""
 
-    output_dir = Path(output_dir)
+    output_dir = output_path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     plot(rows, output_dir / PLOT_FILE)
     write_text_atomically(output_dir / LEADERBOARD_FILE, render(rows, title))

@@ -16,6 +16,7 @@ from typing import Any
 from ..architectures.config_io import ConfigError
 from ..architectures.drafter_files import DrafterFiles
 from ..architectures.families import family_spec
+from ..architectures.output_folders import output_path, refuse_writing_into_inputs
 from ..architectures.zoo_index import resolve_drafter
 from ..inference.drafter_runtime import DrafterRuntime
 from ..inference.load import load_drafter, load_target, recorded_target
@@ -49,6 +50,8 @@ def measure_drafter(
     """Evaluate `drafter` (zoo name or folder) on `target_name` (default: its own); the report
     and where it was written (report.json, summary and plots; default runs/eval-NAME)."""
     folder = drafter_from_peer(resolve_drafter(drafter)[0], target_name)
+    output_dir = output_path(output_dir or f"runs/eval-{folder.name}")
+    refuse_writing_into_inputs(output_dir, (folder,))  # before minutes of decoding
     files = DrafterFiles.open(folder)
     record = files.record
     check_teacher_forced(config, record["family"], folder)
@@ -64,7 +67,6 @@ def measure_drafter(
 
         agreement = greedy_agreement(original, greedy_answers(target, tokenizer, config))
         report["target_drift"] = drift_section(record, agreement)
-    output_dir = Path(output_dir or f"runs/eval-{folder.name}")
     path = write_report(report, output_dir)
     plot_report(report, output_dir)
     return report, path
@@ -81,10 +83,10 @@ def measure_model_free(
     `target_name` (default: the committed testbed); the report and where it was written."""
     from ..architectures.defaults import COMMITTED_TARGET
 
+    output_dir = output_path(output_dir or f"runs/eval-{runtime.family}")  # before decoding
     target_name = target_name or COMMITTED_TARGET
     target, tokenizer = load_target(target_name, config.torch_dtype, device)
     report = evaluate(target, tokenizer, runtime, config, target_name)
-    output_dir = Path(output_dir or f"runs/eval-{runtime.family}")
     path = write_report(report, output_dir)
     plot_report(report, output_dir)
     return report, path

@@ -32,7 +32,11 @@ from ..architectures.drafter_io import (
 from ..architectures.errors import DraftzooError
 from ..architectures.export import TOKENIZER_FILES
 from ..architectures.families import family_spec
-from ..architectures.output_folders import restore_interrupted, swapped_in
+from ..architectures.output_folders import (
+    refuse_writing_into_inputs,
+    restore_interrupted,
+    swapped_in,
+)
 from ..architectures.peer_import import is_peer_folder
 from ..architectures.zoo_index import ZooIndex
 from ..inference.peer_import import imported_folder
@@ -143,6 +147,7 @@ def publish(
         raise PublishError(str(err)) from err
     check_weights(folder)
     _refuse_links(folder)
+    refuse_writing_into_inputs(zoo, (folder,))
     rerun_cost = rerun_cost_of(folder)  # refused here, before the zoo is touched
     engine_runs = read_engine_runs(folder)  # likewise
     report = _report_of(folder, digest, report_path)

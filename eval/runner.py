@@ -41,7 +41,7 @@ from ..architectures.defaults import (
 )
 from ..architectures.drafter_io import checkpoint_hash
 from ..architectures.families import family_spec, family_specs
-from ..architectures.output_folders import write_text_atomically
+from ..architectures.output_folders import output_path, write_text_atomically
 from ..architectures.target import TARGET_DTYPES, TargetAdapter
 from ..data.dedupe import TrainingText, training_text
 from ..data.prompts import Prompt, PromptSetError, load_prompt_set
@@ -825,7 +825,7 @@ def _lossy_line(report: dict[str, Any]) -> list[str]:
 
 def write_report(report: dict[str, Any], output_dir: Path) -> Path:
     """report.json and summary.txt in `output_dir` (each written whole, then renamed)."""
-    output_dir = Path(output_dir)
+    output_dir = output_path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     for name, text in (
         (REPORT_FILE, json.dumps(report, indent=1) + "\n"),

@@ -23,20 +23,35 @@ from tests.test_cli_errors import _assert_one_error_line
 
 ROOT = Path(__file__).parents[1]
 PACKAGES = ("architectures", "data", "train", "inference", "eval", "draftzoo")
-#: a string that ends a name with a scratch suffix (`name + ".tmp"`, `f".{name}.tmp"`, ...)
-FIXED_SCRATCH = re.compile(r"""\.(tmp|partial|part)(\.\w+)?["']""")
+#: a string that ends a name with a scratch suffix (`name + ".tmp"`, `f".{name}.tmp"`, ...) or
+#: starts one with a scratch prefix (`f".tmp-step-{step}"`, `".old-"`)
+FIXED_SCRATCH = re.compile(r"""\.(tmp|partial|part)(\.\w+)?["']|["']\.?(tmp|old|partial)-""")
 
 
-def test_no_module_builds_a_fixed_scratch_name():
+#: a file opened to append by `open`, which follows a link at the name
+APPEND = re.compile(r"""open\([^)]*["']a[bt+]?["']""")
+
+
+def _lines_matching(pattern: re.Pattern) -> list[str]:
     found = []
     for package in PACKAGES:
         for path in sorted((ROOT / package).rglob("*.py")):
             if path.name == "output_folders.py":
                 continue
             for number, line in enumerate(path.read_text().splitlines(), start=1):
-                if FIXED_SCRATCH.search(line):
+                if pattern.search(line):
                     found.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
-    assert found == [], "\n".join(found)
+    return found
+
+
+def test_no_module_builds_a_fixed_scratch_name():
+    assert _lines_matching(FIXED_SCRATCH) == []
+
+
+def test_no_module_appends_but_through_the_no_follow_opener():
+    """`output_folders.appending` opens with O_NOFOLLOW; `open(path, "a")` would append to
+    whatever a link at the name points to (the training rows log did)."""
+    assert _lines_matching(APPEND) == []
 
 
 def _plant(folder: Path, names: list[str]) -> Path:

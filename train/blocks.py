@@ -32,6 +32,7 @@ import torch
 from ..architectures.config_io import to_dict
 from ..architectures.drafter_io import check_replaceable, output_path, save_drafter
 from ..architectures.errors import DraftzooError
+from ..architectures.output_folders import appending
 from ..data.batching import collate
 from ..data.capture import OfflineFeatures, OnlineFeatures
 from ..data.token_dataset import split_heldout
@@ -346,26 +347,28 @@ def train_steps(run: Run, model, optimizer, scheduler, loss: FamilyLoss) -> Outc
     seen_rows = run.work_dir / f"rows-rank{accelerator.process_index}.jsonl"
     metrics: dict[str, float] = {}
     model.train()
-    for step in range(progress.step, cfg.max_steps):
-        done = step + 1
-        logs = done % cfg.log_every == 0 or done == cfg.max_steps
-        plan, batches = step_batches(run, step)
-        loss.begin_step(step)
-        count, totals = optimizer_step(
-            accelerator, model, optimizer, scheduler, batches, loss, cfg, logs
-        )
-        budget = budget_count(accelerator, loss, batches, count)
-        progress.step, progress.supervised_tokens = done, progress.supervised_tokens + budget
-        progress.train_seconds = time.perf_counter() - began
-        bar.update(1)
-        with seen_rows.open("a") as handle:  # audit trail: the rows each rank trained on
-            handle.write(json.dumps({"step": step, "rows": plan}) + "\n")
-        if logs:
-            metrics = _log_step(run, scheduler, loss, totals, count, progress, bar)
-        due = done % cfg.checkpoint_every == 0 or done in cfg.checkpoint_steps
-        if due and done < cfg.max_steps:
-            save_checkpoint(accelerator, checkpoints, progress, scheduler, run.data_hash)
-    bar.close()
+    try:  # the bar ends its line before an error is said
+        for step in range(progress.step, cfg.max_steps):
+            done = step + 1
+            logs = done % cfg.log_every == 0 or done == cfg.max_steps
+            plan, batches = step_batches(run, step)
+            loss.begin_step(step)
+            count, totals = optimizer_step(
+                accelerator, model, optimizer, scheduler, batches, loss, cfg, logs
+            )
+            budget = budget_count(accelerator, loss, batches, count)
+            progress.step, progress.supervised_tokens = done, progress.supervised_tokens + budget
+            progress.train_seconds = time.perf_counter() - began
+            bar.update(1)
+            with appending(seen_rows) as handle:  # audit trail: the rows each rank trained on
+                handle.write(json.dumps({"step": step, "rows": plan}) + "\n")
+            if logs:
+                metrics = _log_step(run, scheduler, loss, totals, count, progress, bar)
+            due = done % cfg.checkpoint_every == 0 or done in cfg.checkpoint_steps
+            if due and done < cfg.max_steps:
+                save_checkpoint(accelerator, checkpoints, progress, scheduler, run.data_hash)
+    finally:
+        bar.close()
     progress.train_seconds = time.perf_counter() - began
     return Outcome(progress, resumed_from, metrics, passes)
 

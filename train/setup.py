@@ -10,6 +10,7 @@ import torch
 
 from ..architectures.config_io import ConfigError
 from ..architectures.defaults import COMMITTED_TARGET, data_cache_dir, recipes_dir, target_location
+from ..architectures.output_folders import output_path
 from ..architectures.target import TARGET_DTYPES, TargetAdapter
 from ..data.token_dataset import DataConfig, build_token_dataset
 from .recipe_config import TargetSpec
@@ -31,7 +32,7 @@ def cache_dir_of(recipe) -> Path:
 
 def resolve_dirs(recipe) -> tuple[Path, Path, Path]:
     """(output_dir, work_dir, cache_dir) of a recipe, created."""
-    work_dir = work_dir_of(recipe)
+    work_dir = output_path(work_dir_of(recipe))
     work_dir.mkdir(parents=True, exist_ok=True)
     return Path(recipe.output_dir), work_dir, cache_dir_of(recipe)
 

@@ -141,7 +141,7 @@ def test_interrupted_save_never_leaves_a_loadable_checkpoint(testbed_tiny, chat,
     assert progress["scheduler"]["last_epoch"] == 2
     assert not list(latest.glob("custom_checkpoint_*"))
     # what a kill during save_state leaves: a half-written folder under the temporary name
-    partial = manager.root / ".tmp-step-3"
+    partial = manager.root / ".step-3.a1b2c3d4.tmp"
     partial.mkdir()
     (partial / "model.safetensors").write_bytes(b"half")
     # and a renamed-looking folder without its progress record is not complete either
