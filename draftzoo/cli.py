@@ -262,6 +262,29 @@ def _publish(args: argparse.Namespace) -> int:
     return 0
 
 
+def _zoo_build(args: argparse.Namespace) -> int:
+    from draftzoo.architectures.zoo_index import default_zoo_dir
+    from draftzoo.zoo_build import BuildPlan, build_entry, recipe_for
+
+    model_free, proposal = _proposer(args, "draftzoo zoo build")
+    if model_free is not None:
+        raise ConfigError("draftzoo zoo build: it measures the drafter it trains, not a proposer")
+    config = _eval_config(args, proposal)
+    _set_threads(args.threads)
+    plan = BuildPlan(
+        recipe=args.recipe or recipe_for(args.family, args.target),
+        overrides=tuple(args.set),
+        work=args.work,
+        zoo=Path(args.zoo) if args.zoo else default_zoo_dir(),
+        config=config,
+        name=args.name,
+        device=_device(args.device),
+        allow_unreliable_timing=args.allow_unreliable_timing,
+    )
+    print(build_entry(plan))
+    return 0
+
+
 def _zoo_list(args: argparse.Namespace) -> int:
     from draftzoo.architectures.zoo_index import (
         ZooIndex,
@@ -349,6 +372,7 @@ HANDLERS = {
     "certify": _certify,
     "publish": _publish,
     "zoo_list": _zoo_list,
+    "zoo_build": _zoo_build,
     "leaderboard": _leaderboard,
     "export": _export,
     "import": _import,

@@ -356,6 +356,58 @@ def _add_user_turns_command(commands, handlers: Mapping[str, Callable]) -> None:
     turns.set_defaults(func=handlers["user_turns"])
 
 
+def _add_measurement_options(parser: argparse.ArgumentParser) -> None:
+    """How `eval` (and `zoo build`'s measure stage) measures: prompts, lengths, temperatures,
+    the proposal, caches, the certificate, threads."""
+    parser.add_argument(
+        "--prompt-set",
+        action="append",
+        help="humaneval, stdlib-heldout, mt-bench, sharegpt-heldout, a question .jsonl "
+        "(MT-bench / Spec-Bench format), or hf:NAME[:SPLIT[:COLUMN]] (repeatable; default "
+        "humaneval)",
+    )
+    parser.add_argument("--prompts", type=int, default=20, help="prompts per set (after a warm-up)")
+    parser.add_argument(
+        "--heldout-from",
+        action="append",
+        metavar="DATA",
+        help="training data (a data.source): prompts sharing an 8-word window with it are "
+        "dropped first and counted in the report (repeatable)",
+    )
+    parser.add_argument("--max-new-tokens", type=int, default=MAX_NEW_TOKENS)
+    parser.add_argument("--temperatures", type=float, nargs="+", default=[0.0, 1.0])
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1])
+    parser.add_argument("--repeats", type=int, default=1, help="reruns, for the speedup's spread")
+    add_proposal_flags(parser, TREE_HELP, HYBRID_HELP)
+    parser.add_argument(
+        "--num-speculative-tokens", type=int, default=NUM_SPECULATIVE_TOKENS, help="chain length"
+    )
+    parser.add_argument(
+        "--raw", action="store_true", help="prompts as plain text, no chat template"
+    )
+    parser.add_argument(
+        "--teacher-forced",
+        action="store_true",
+        help="EAGLE: also estimate the chain's acceptance per draft step on the target's own "
+        "continuations (every position, no speculative decoding)",
+    )
+    parser.add_argument(
+        "--position-edges",
+        type=int,
+        nargs="+",
+        default=[],
+        help="with --teacher-forced: also split the first step by the sequence position its "
+        "draft lands at, e.g. 128 256 384",
+    )
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--device", help="cpu or cuda (default: cuda when available)")
+    _add_dtype(parser, "the target's and drafter's weights")
+    _add_cache_options(parser, "the target and the drafter, target-only and speculative alike")
+    _add_certificate_options(parser, "--certificate-samples", "--certificate-prompts")
+    _add_acceptance(parser)
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = default)")
+
+
 def _add_zoo_commands(commands, handlers: Mapping[str, Callable]) -> None:
     """eval, publish, zoo, export, demo."""
     from draftzoo.architectures.families import family_specs
@@ -374,51 +426,7 @@ def _add_zoo_commands(commands, handlers: Mapping[str, Callable]) -> None:
         help="target folder or hub name (default: the drafter's own; with --prompt-lookup or "
         "--suffix, the committed testbed-small)",
     )
-    ev.add_argument(
-        "--prompt-set",
-        action="append",
-        help="humaneval, stdlib-heldout, mt-bench, sharegpt-heldout, a question .jsonl "
-        "(MT-bench / Spec-Bench format), or hf:NAME[:SPLIT[:COLUMN]] (repeatable; default "
-        "humaneval)",
-    )
-    ev.add_argument("--prompts", type=int, default=20, help="prompts per set (after a warm-up)")
-    ev.add_argument(
-        "--heldout-from",
-        action="append",
-        metavar="DATA",
-        help="training data (a data.source): prompts sharing an 8-word window with it are "
-        "dropped first and counted in the report (repeatable)",
-    )
-    ev.add_argument("--max-new-tokens", type=int, default=MAX_NEW_TOKENS)
-    ev.add_argument("--temperatures", type=float, nargs="+", default=[0.0, 1.0])
-    ev.add_argument("--batch-sizes", type=int, nargs="+", default=[1])
-    ev.add_argument("--repeats", type=int, default=1, help="reruns, for the speedup's spread")
-    add_proposal_flags(ev, TREE_HELP, HYBRID_HELP)
-    ev.add_argument(
-        "--num-speculative-tokens", type=int, default=NUM_SPECULATIVE_TOKENS, help="chain length"
-    )
-    ev.add_argument("--raw", action="store_true", help="prompts as plain text, no chat template")
-    ev.add_argument(
-        "--teacher-forced",
-        action="store_true",
-        help="EAGLE: also estimate the chain's acceptance per draft step on the target's own "
-        "continuations (every position, no speculative decoding)",
-    )
-    ev.add_argument(
-        "--position-edges",
-        type=int,
-        nargs="+",
-        default=[],
-        help="with --teacher-forced: also split the first step by the sequence position its "
-        "draft lands at, e.g. 128 256 384",
-    )
-    ev.add_argument("--seed", type=int, default=0)
-    ev.add_argument("--device", help="cpu or cuda (default: cuda when available)")
-    _add_dtype(ev, "the target's and drafter's weights")
-    _add_cache_options(ev, "the target and the drafter, target-only and speculative alike")
-    _add_certificate_options(ev, "--certificate-samples", "--certificate-prompts")
-    _add_acceptance(ev)
-    ev.add_argument("--threads", type=int, default=0, help="torch threads (0 = default)")
+    _add_measurement_options(ev)
     ev.add_argument("--output-dir", help="where the report goes (default runs/eval-NAME)")
     ev.set_defaults(func=handlers["eval"])
 
@@ -463,6 +471,29 @@ def _add_zoo_commands(commands, handlers: Mapping[str, Callable]) -> None:
     listing = zoo_commands.add_parser("list", help="list published drafters and their numbers")
     listing.add_argument("--zoo", help="one zoo folder (default: yours, then the shipped one)")
     listing.set_defaults(func=handlers["zoo_list"])
+    build = zoo_commands.add_parser(
+        "build",
+        help="make a zoo entry: train the family's recipe for a target, measure, certify, publish",
+        description="Trains recipes/<family>/<target>.yaml (or --recipe) into "
+        "<work>/<name>/drafter, measures it (timed, no certificate: run it alone), adds the "
+        "losslessness certificate, publishes it under <name>. Resumable: a rerun skips every "
+        "stage whose result still holds (same recipe, checkpoint, settings).",
+    )
+    build.add_argument("--family", required=True, choices=sorted(specs), help="drafter family")
+    build.add_argument("--target", required=True, help="the target the recipe is named after")
+    build.add_argument("--recipe", type=Path, help="another recipe than the family's own")
+    _add_overrides(build)
+    build.add_argument("--name", help="zoo name (default: the recipe's name)")
+    build.add_argument("--work", type=Path, default=Path("runs/zoo-build"), help="stages' folder")
+    build.add_argument("--zoo", help="zoo folder (default $DRAFTZOO_ZOO or ~/.cache/draftzoo/zoo)")
+    build.add_argument(
+        "--allow-unreliable-timing",
+        action="store_true",
+        help="publish even when the measurement ran on a busy machine (the card says so)",
+    )
+    add_model_free_flags(build, build.add_mutually_exclusive_group(), "zoo build")
+    _add_measurement_options(build)
+    build.set_defaults(func=handlers["zoo_build"])
 
     board = commands.add_parser(
         "leaderboard",
