@@ -56,14 +56,6 @@ def crop(cache, length: int) -> None:
         layer.values = layer.values[..., :length, :]
 
 
-def crop_layers(cache, lengths: list[int]) -> None:
-    """Keep the first `lengths[k]` positions of layer k: a cache whose layers hold different
-    lengths (MTP modules, one layer each)."""
-    for layer, length in zip(_layers(cache), lengths, strict=False):
-        if getattr(layer, "keys", None) is not None:
-            layer.keys = layer.keys[..., :length, :]
-            layer.values = layer.values[..., :length, :]
-
 
 def keep_tail(cache, start: int, tail_slots: list[int]) -> None:
     """Keep positions [0, start) plus `start + s` for s in `tail_slots`, in that order (trees)."""

@@ -14,7 +14,8 @@ entries are real once x_{p+k+1} is committed. Each round, with c committed token
    d_{k+1} — exactly the pattern it was trained on;
 3. past D tokens the last module is reused on what it hands over, one position further each
    step (with one module, as vLLM and SGLang do when more tokens are asked);
-4. everything drafted is cropped from the cache, so the next round starts from real entries.
+4. what was drafted is never read again: module k's entries live at their positions' slots
+   (`mtp_slots.py`), so rolling back is only its count of real entries.
 
 Greedy drafts are each module's argmax; at T > 0 each draft is sampled from its q (Gumbel-max),
 which is returned for lossless acceptance. The drafts stay on the device: the verification reads
@@ -31,8 +32,7 @@ from ..architectures.mtp import MtpDrafter, load_mtp
 from ..architectures.target import TargetAdapter
 from .cache_settings import GROWING, CacheSettings
 from .drafter_request import DrafterRequest, LoadedDrafter
-from .kv_cache import cache_nbytes, crop_layers
-from .mtp_static import StaticModules
+from .mtp_slots import ModuleSlots
 from .proposers import Proposer
 from .sampling import SamplingParams, gumbel_argmax, probabilities
 from .transfer import to_device
@@ -42,8 +42,9 @@ from .tree import Proposal
 class MtpProposer(Proposer):
     """Drafts chains with an `MtpDrafter` (trees are not offered: one path per module).
 
-    A static `cache`: the modules' caches are preallocated for its `max_length` positions and
-    their forwards replay as CUDA graphs on CUDA (`mtp_static.py`)."""
+    The modules' caches are slot buffers (`mtp_slots.py`): growing with the context, or with a
+    static `cache` preallocated for its `max_length` positions and replayed as CUDA graphs on
+    CUDA."""
 
     def __init__(
         self,
@@ -51,9 +52,7 @@ class MtpProposer(Proposer):
         cache: CacheSettings = GROWING,
     ) -> None:
         self.drafter = drafter.eval()
-        self.static = None
-        if cache.static:
-            self.static = StaticModules(drafter, cache.max_length, cache.cuda_graphs)
+        self.slots = ModuleSlots(drafter, cache)
         self.target_layers = drafter.layers_read
         weight = drafter.layers[0].eh_proj.weight
         self.device, self.dtype = weight.device, weight.dtype
@@ -66,11 +65,8 @@ class MtpProposer(Proposer):
         return cls(load_mtp(Path(path), adapter, dtype=target.dtype))
 
     def reset(self) -> None:
-        """Forget the request: empty cache and states."""
-        from transformers import DynamicCache
-
+        """Forget the request: no real entry (the slots written stay, never read again)."""
         depth = self.drafter.depth
-        self.cache = DynamicCache()
         self.fed = [0] * depth  # real entries in module k's cache
         #: module k's inputs at real positions: the target's states (k = 0) or module k-1's
         #: real outputs
@@ -82,7 +78,7 @@ class MtpProposer(Proposer):
 
     def cache_nbytes(self) -> int:
         """Bytes held by the modules' KV cache."""
-        return self.static.nbytes() if self.static is not None else cache_nbytes(self.cache)
+        return self.slots.nbytes()
 
     def observe(self, states: torch.Tensor) -> None:
         """Target states [n, h] of the next n committed positions."""
@@ -93,18 +89,7 @@ class MtpProposer(Proposer):
     def _feed(self, k: int, previous: torch.Tensor, ids: torch.Tensor, first: int) -> torch.Tensor:
         """Module k over positions first.. (tokens `ids` [n] on the device) after its cached
         entries, each seeing the cache and the new entries up to itself; outputs [n, h]."""
-        if self.static is not None:
-            return self.static.forward(k, ids, previous, first)
-        n = len(ids)
-        mask = None  # one entry sees the whole cache and itself
-        if n > 1:
-            cached = self.cache.get_seq_length(k) if k < len(self.cache.layers) else 0
-            total = cached + n
-            mask = torch.ones(n, total, dtype=torch.bool, device=self.device).tril(total - n)
-            mask = mask[None, None]
-        positions = torch.arange(first + k, first + k + n, device=self.device)[None]
-        out = self.drafter.module(k, ids[None], previous[None], positions, mask, self.cache)
-        return out[0]
+        return self.slots.forward(k, ids, previous, first)
 
     def _catch_up(self, context: list[int]) -> bool:
         """Feed every module's new real entries; False when no state exists yet."""
@@ -140,11 +125,7 @@ class MtpProposer(Proposer):
     ) -> Proposal:
         if not self._catch_up(context) or max_tokens <= 0:
             return Proposal.chain([])
-        try:
-            return self._chain(context, max_tokens, params, generator)
-        finally:
-            if self.static is None:  # static caches roll back by `fed` alone
-                crop_layers(self.cache, self.fed)
+        return self._chain(context, max_tokens, params, generator)
 
     def _chain(self, context, max_tokens, params, generator) -> Proposal:
         """The drafts stay on the device (each [1]); the verification reads them."""

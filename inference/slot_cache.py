@@ -69,6 +69,26 @@ def slot_cache(config, size: int, max_rows: int, slots: RowSlots):
     return cache
 
 
+def grow_slot_cache(cache, size: int) -> None:
+    """Enlarge every layer of a `slot_cache` to `size` slots per row, keeping what it holds
+    (buffers that follow the context; a captured CUDA graph would keep the old ones)."""
+    for layer in cache.layers:
+        layer.max_cache_len = size
+        if not layer.is_initialized:
+            continue
+        more = size - layer.keys.shape[2]
+        layer.keys = torch.cat(
+            [layer.keys, layer.keys.new_zeros(*layer.keys.shape[:2], more, layer.keys.shape[3])], 2
+        )
+        layer.values = torch.cat(
+            [
+                layer.values,
+                layer.values.new_zeros(*layer.values.shape[:2], more, layer.values.shape[3]),
+            ],
+            2,
+        )
+
+
 def static_nbytes(cache) -> int:
     """Bytes of a slot cache's allocated keys and values (every row and scratch slot)."""
     layers = [layer for layer in cache.layers if layer.is_initialized]
