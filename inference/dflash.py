@@ -16,9 +16,10 @@ top-k candidates (`PositionTree`, as Medusa's heads do; inference/position_tree.
 ranked, at T > 0 i.i.d. draws from each slot's q, recursive rejection over siblings keeping the
 output distributed as the target's.
 
-A static `cache`: the context entries live in buffers preallocated for `max_length` positions;
-the block forward reads all of them under a mask of the filled ones, so it is captured once as
-a CUDA graph on CUDA and replayed every round (off CUDA it runs eagerly on the same buffers).
+The context entries live in buffers indexed by position (`ContextEntries`), growing with the
+context or preallocated for a static `cache`'s `max_length` positions: one code path. Eagerly
+the block forward reads the filled positions; on a static cache on CUDA it reads every buffer
+under a mask of the filled ones, captured once as a CUDA graph and replayed every round.
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ from pathlib import Path
 import torch
 
 from ..architectures.dflash import DflashDrafter, load_dflash
-from ..architectures.eagle import DraftCache
 from ..architectures.target import TargetAdapter
 from .cache_settings import GROWING, CacheSettings
 from .drafter_request import DrafterRequest, LoadedDrafter
@@ -41,52 +41,23 @@ from .transfer import to_device
 from .tree import Proposal
 
 
-class GrowingEntries:
-    """Context entries in per-layer caches that grow with the context."""
+class ContextEntries:
+    """Each drafter layer's context keys and values in buffers indexed by position: growing
+    with the context (`GROW` positions at a time), or preallocated for a static `cache`'s
+    `max_length` positions. Eagerly the block forward reads the filled positions only; with
+    CUDA graphs (a static cache on CUDA) it reads every buffer under a mask of the filled ones,
+    captured once and replayed every round."""
 
-    def __init__(self, drafter: DflashDrafter) -> None:
+    GROW = 256
+
+    def __init__(self, drafter: DflashDrafter, cache: CacheSettings) -> None:
         self.drafter = drafter
-        self.reset()
-
-    def reset(self) -> None:
-        self.caches = [DraftCache() for _ in self.drafter.layers]
-
-    @property
-    def length(self) -> int:
-        return len(self.caches[0])
-
-    def nbytes(self) -> int:
-        return sum(cache.nbytes() for cache in self.caches)
-
-    def append(self, entries: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
-        for cache, (keys, values) in zip(self.caches, entries, strict=True):
-            cache.append(keys, values)
-
-    def block_logits(self, anchor: torch.Tensor, start: int) -> torch.Tensor:
-        """Logits [block_size - 1, V] of the drafted slots of the block at `start`."""
-        drafter = self.drafter
-        ids = drafter.block_inputs(anchor.view(1))
-        positions = torch.arange(start, start + drafter.block_size, device=ids.device)[None]
-        entries = [(cache.keys, cache.values) for cache in self.caches]
-        hidden = drafter.run_block(ids, positions, entries, None)
-        return drafter.logits(hidden[0, 1:]).float()
-
-
-class StaticEntries:
-    """Context entries in buffers preallocated for `max_length` positions; the block forward
-    reads them all under a mask of the filled ones (a CUDA graph on CUDA)."""
-
-    def __init__(
-        self, drafter: DflashDrafter, max_length: int, cuda_graphs: bool | None = None
-    ) -> None:
-        self.drafter, self.max_length = drafter, max_length
         weight = drafter.fc.weight
         self.device = weight.device
-        self.use_graphs = use_cuda_graphs(self.device, cuda_graphs)
-        fields = drafter.fields
-        shape = (1, fields["num_key_value_heads"], max_length, fields["head_dim"])
-        self.buffers = [(weight.new_zeros(shape), weight.new_zeros(shape)) for _ in drafter.layers]
-        self._slots = torch.arange(max_length, device=self.device)
+        self.growable = not cache.static
+        self.use_graphs = cache.static and use_cuda_graphs(self.device, cache.cuda_graphs)
+        self.buffers: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self._reserve(self.GROW if self.growable else cache.max_length)
         self._offsets = torch.arange(drafter.block_size, device=self.device)
         self._call: CapturedCall | None = None
         self.reset()
@@ -94,48 +65,70 @@ class StaticEntries:
     def reset(self) -> None:
         self.length = 0
 
+    @property
+    def size(self) -> int:
+        return self.buffers[0][0].shape[2]
+
     def nbytes(self) -> int:
         return sum(2 * k.numel() * k.element_size() for k, _ in self.buffers)
 
+    def _reserve(self, size: int) -> None:
+        """Buffers of `size` positions, keeping the filled ones."""
+        fields, weight = self.drafter.fields, self.drafter.fc.weight
+        shape = (1, fields["num_key_value_heads"], size, fields["head_dim"])
+        buffers = [(weight.new_zeros(shape), weight.new_zeros(shape)) for _ in self.drafter.layers]
+        for (keys, values), (old_keys, old_values) in zip(buffers, self.buffers, strict=False):
+            keys[:, :, : self.length] = old_keys[:, :, : self.length]
+            values[:, :, : self.length] = old_values[:, :, : self.length]
+        self.buffers = buffers
+        self._slots = torch.arange(size, device=self.device)
+
     def append(self, entries: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
-        n = entries[0][0].shape[2]
-        end = self.length + n
-        if end > self.max_length:
+        end = self.length + entries[0][0].shape[2]
+        if end > self.size and not self.growable:
             raise GenerationError(
-                f"the static cache holds {self.max_length} positions; this request needs "
+                f"the static cache holds {self.size} positions; this request needs "
                 f"more (raise the cache length)"
             )
+        if end > self.size:
+            self._reserve(-(-end // self.GROW) * self.GROW)
         for (keys, values), (k, v) in zip(self.buffers, entries, strict=True):
             keys[:, :, self.length : end] = k
             values[:, :, self.length : end] = v
         self.length = end
 
-    def _build(self) -> CapturedCall:
-        inputs = {
-            "anchor": torch.zeros(1, dtype=torch.long, device=self.device),
-            "start": torch.zeros((), dtype=torch.long, device=self.device),
-        }
-        drafter, size = self.drafter, self.drafter.block_size
-
-        def run() -> tuple:
-            ids = drafter.block_inputs(inputs["anchor"])
-            positions = (inputs["start"] + self._offsets)[None]
-            filled = self._slots < inputs["start"]  # the anchor's position = entries held
-            seen = torch.cat([filled, filled.new_ones(size)])
-            mask = seen.expand(size, -1)[None, None]
-            hidden = drafter.run_block(ids, positions, self.buffers, mask)
-            return (drafter.logits(hidden[0, 1:]).float(),)
-
-        call = CapturedCall(inputs, run)
-        return call.capture(self.device) if self.use_graphs else call
-
     def block_logits(self, anchor: torch.Tensor, start: int) -> torch.Tensor:
         """Logits [block_size - 1, V] of the drafted slots of the block at `start`."""
+        if not self.use_graphs:
+            filled = [(k[:, :, : self.length], v[:, :, : self.length]) for k, v in self.buffers]
+            return self._logits(anchor.view(1), (start + self._offsets)[None], filled, None)
         if self._call is None:
             self._call = self._build()
         self._call.inputs["anchor"].copy_(anchor.view(1))
         self._call.inputs["start"].fill_(start)
         return self._call.replay()[0]
+
+    def _logits(self, anchor, positions, entries, mask) -> torch.Tensor:
+        drafter = self.drafter
+        hidden = drafter.run_block(drafter.block_inputs(anchor), positions, entries, mask)
+        return drafter.logits(hidden[0, 1:]).float()
+
+    def _build(self) -> CapturedCall:
+        """The block forward over every buffer under a mask of the filled positions (the
+        anchor's position = the entries held), captured as a CUDA graph."""
+        inputs = {
+            "anchor": torch.zeros(1, dtype=torch.long, device=self.device),
+            "start": torch.zeros((), dtype=torch.long, device=self.device),
+        }
+        size = self.drafter.block_size
+
+        def run() -> tuple:
+            filled = self._slots < inputs["start"]
+            mask = torch.cat([filled, filled.new_ones(size)]).expand(size, -1)[None, None]
+            positions = (inputs["start"] + self._offsets)[None]
+            return (self._logits(inputs["anchor"], positions, self.buffers, mask),)
+
+        return CapturedCall(inputs, run).capture(self.device)
 
 
 class DflashProposer(Proposer):
@@ -157,11 +150,7 @@ class DflashProposer(Proposer):
         self.tree = tree
         self.target_layers = drafter.taps
         self.device, self.dtype = drafter.fc.weight.device, drafter.fc.weight.dtype
-        self.entries: GrowingEntries | StaticEntries = (
-            StaticEntries(drafter, cache.max_length, cache.cuda_graphs)
-            if cache.static
-            else GrowingEntries(drafter)
-        )
+        self.entries = ContextEntries(drafter, cache)
         self.draw = TreeDraw(tree, self.device)
         self.reset()
 

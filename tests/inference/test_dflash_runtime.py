@@ -68,23 +68,31 @@ def test_greedy_output_equals_target_only_batch_1_and_4(
 
 
 def test_static_entries_propose_what_growing_entries_propose(
-    drafter_dir, target_and_tokenizer, reference
+    drafter_dir, target_and_tokenizer, reference, monkeypatch
 ):
-    """Static buffers read under a mask — eagerly, and through the captured call a CUDA graph
-    replays (run eagerly off CUDA) — draft the growing entries' chains in every round, with
-    one host read a round."""
+    """Static buffers — eagerly, and read whole under a mask through the captured call a CUDA
+    graph replays (run eagerly off CUDA) — draft the growing entries' chains in every round
+    (the growing buffers enlarged 8 positions at a time on the way), with one host read a
+    round."""
+    from draftzoo.inference.dflash import ContextEntries
+
+    monkeypatch.setattr(ContextEntries, "GROW", 8)
     model, tokenizer = target_and_tokenizer
     drafter = DflashProposer.from_pretrained(drafter_dir, model, tokenizer).drafter
     params = SamplingParams(max_new_tokens=32)
     proposals = {}
-    for name in ("growing", "static"):
-        cache = CacheSettings(static=name == "static", max_length=256)
-        proposer = RecordingProposer(DflashProposer(drafter, cache))
+    for name in ("growing", "static", "graph-buffers"):
+        cache = CacheSettings(static=name != "growing", max_length=256)
+        inner = DflashProposer(drafter, cache)
+        inner.entries.use_graphs = name == "graph-buffers"
+        proposer = RecordingProposer(inner)
         generator = SpeculativeGenerator(model, tokenizer, proposer, 3, cache=cache)
         outs = [generator.generate(p, params) for p in PROMPTS]
         assert [o.token_ids for o in outs] == reference, name
         proposals[name] = proposer.proposals
-    assert proposals["static"] == proposals["growing"]
+        if name == "growing":
+            assert inner.entries.size > 8  # grown
+    assert proposals["static"] == proposals["growing"] == proposals["graph-buffers"]
     static = SpeculativeGenerator(model, tokenizer, DflashProposer(drafter, cache), 3, cache=cache)
     assert_reads_per_round(static, PROMPTS, reference, params)
 
@@ -165,6 +173,7 @@ def test_sampled_chains_and_trees_match_the_target_distribution(static, tree):
     ).eval()
     cache = CacheSettings(static=static, max_length=64)
     proposer = DflashProposer(drafter, cache, TREE if tree else None)
+    proposer.entries.use_graphs = static  # the buffers read whole under a mask
     generator = SpeculativeGenerator(target, None, proposer, num_speculative_tokens=3)
     counts, accepted = sample_outcomes(generator)
     tv, threshold = _tv(counts, exact), _threshold(exact)

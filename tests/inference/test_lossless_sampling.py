@@ -156,7 +156,7 @@ def _mtp(target, static: bool = False):
     drafter = build_mtp(MtpConfig(depth=2), TargetAdapter(target)).eval()
     proposer = MtpProposer(drafter, CacheSettings(static=static, max_length=64))
     if static:
-        proposer.static.use_graphs = True
+        proposer.slots.use_graphs = True
     return proposer
 
 
