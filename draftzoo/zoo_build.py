@@ -70,9 +70,14 @@ def recipe_for(family: str, target: str) -> Path:
 
 def build_entry(plan: BuildPlan) -> Path:
     """Run the stages that are not done yet; the published entry's folder."""
+    from draftzoo.eval.publish import ZOO_NAME
     from draftzoo.train.registry import load_recipe
 
     name = plan.name or str(load_recipe(plan.recipe, list(plan.overrides)).name)
+    if not ZOO_NAME.fullmatch(name):  # it names a folder under --work too: checked first
+        raise ConfigError(
+            f"zoo names start with a-z or 0-9 and use a-z, 0-9, '.', '_' and '-': {name!r}"
+        )
     stages = output_path(Path(plan.work) / name)
     drafter, report = stages / "drafter", stages / "report" / REPORT_FILE
     recipe = load_recipe(plan.recipe, [*plan.overrides, f"output_dir={drafter}"])

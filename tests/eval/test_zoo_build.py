@@ -74,6 +74,7 @@ def test_a_target_the_family_has_no_recipe_for_is_refused_naming_those_it_has(ca
     assert list(tmp_path.iterdir()) == []
 
 
-def test_a_model_free_proposer_is_not_built(build_argv, capsys, tmp_path):
+def test_a_model_free_proposer_or_a_name_that_is_a_path_is_refused(build_argv, capsys, tmp_path):
     _assert_one_error_line([*build_argv, "--prompt-lookup"], capsys, "not a proposer")
-    assert not (tmp_path / "builds").exists()
+    _assert_one_error_line([*build_argv, "--name", "../outside"], capsys, "zoo names")
+    assert not (tmp_path / "builds").exists() and not (tmp_path / "outside").exists()
