@@ -56,7 +56,6 @@ def crop(cache, length: int) -> None:
         layer.values = layer.values[..., :length, :]
 
 
-
 def keep_tail(cache, start: int, tail_slots: list[int]) -> None:
     """Keep positions [0, start) plus `start + s` for s in `tail_slots`, in that order (trees)."""
     index = torch.tensor(tail_slots, dtype=torch.long)
