@@ -25,6 +25,7 @@ from torch import nn
 
 from .families import FamilySpec
 from .target import TargetError
+from .target_head import TargetHead, check_vocab_map, register_vocab_map
 
 FAMILY = "dflash"
 ARCHITECTURE = "DraftzooDflash"
@@ -85,8 +86,13 @@ class DflashConfig:
     #: "ce": soft cross-entropy against the target's distribution at each slot; "hard":
     #: cross-entropy on the data's tokens (the reference trains on target-written data so)
     token_loss: str = "ce"
+    #: draft over the N most frequent supervised tokens: the target's head truncated at export
+    #: (target_head.py; trained over the whole vocabulary); None: the whole vocabulary
+    draft_vocab_size: int | None = None
 
     def __post_init__(self) -> None:
+        if self.draft_vocab_size is not None and self.draft_vocab_size < 1:
+            raise ValueError(f"dflash.draft_vocab_size must be >= 1, got {self.draft_vocab_size}")
         if self.block_size < 2:
             raise ValueError("dflash.block_size must be >= 2 (the anchor and one drafted token)")
         if self.num_layers < 1:
@@ -283,8 +289,11 @@ class DflashDrafter(nn.Module):
         self.hidden_norm = LlamaRMSNorm(hidden, eps)
         self.norm = LlamaRMSNorm(hidden, eps)
         self.rotary = LlamaRotaryEmbedding(_llama_config(fields))
+        vocab, draft_vocab = fields["vocab_size"], fields.get("draft_vocab_size")
+        if draft_vocab is not None and draft_vocab < vocab:
+            register_vocab_map(self, vocab, draft_vocab)
         self.embed_tokens: nn.Module | None = None  # shared with the target, never saved
-        self.target_lm_head: nn.Module | None = None
+        self.head: TargetHead | None = None
 
     @property
     def layers_read(self) -> tuple[int, ...]:
@@ -294,7 +303,7 @@ class DflashDrafter(nn.Module):
     def attach_target(self, embed_tokens: nn.Module, lm_head: nn.Module) -> None:
         """Share the target's input embeddings and head, frozen (not submodules)."""
         object.__setattr__(self, "embed_tokens", embed_tokens)
-        object.__setattr__(self, "target_lm_head", lm_head)
+        object.__setattr__(self, "head", TargetHead(lm_head, getattr(self, "d2t", None)))
 
     def drafter_state_dict(self) -> dict[str, torch.Tensor]:
         """The drafter's own tensors (no rotary cache, no shared target weights)."""
@@ -347,8 +356,8 @@ class DflashDrafter(nn.Module):
         return self.norm(x)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """The target's head over block outputs."""
-        return self.target_lm_head(hidden.to(self.target_lm_head.weight.dtype))
+        """The target's head over block outputs [..., vocab] (-inf off a draft vocabulary)."""
+        return self.head.logits(hidden)
 
     # -- training forward: what the recipe calls through its DDP/DeepSpeed wrapper ----------
     def forward(
@@ -396,13 +405,16 @@ def load_dflash(
     fields = files.json()
     target.check_layer_indices(fields["hidden_state_layers"])
     drafter = DflashDrafter(fields)
-    result = drafter.load_state_dict(files.weights(), strict=False)
+    tensors = files.weights()
+    result = drafter.load_state_dict(tensors, strict=False)
     missing = [k for k in result.missing_keys if not k.startswith("rotary.")]
     if missing or result.unexpected_keys:
         raise DrafterError(
             f"{path}: weights do not match a DFlash drafter of {len(drafter.layers)} layer(s) "
             f"(missing {missing}, unexpected {result.unexpected_keys})"
         )
+    if "d2t" in tensors:
+        check_vocab_map(drafter.d2t, drafter.t2d, target.lm_head.weight.shape[0], str(path))
     drafter = drafter.to(dtype=dtype, device=target.lm_head.weight.device).eval()
     drafter.attach_target(target.embed_tokens, target.lm_head)
     return drafter

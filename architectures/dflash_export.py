@@ -43,7 +43,7 @@ def export_engines(export: Export) -> None:
             "mask_token_id": config["mask_token_id"],
         },
     }
-    export.write_checkpoint(out, dict(export.tensors()))
+    export.write_checkpoint(out, export.whole_vocabulary_tensors())
 
 
 def export_speculators(export: Export) -> None:
@@ -78,7 +78,7 @@ def export_speculators(export: Export) -> None:
             },
         },
     }
-    export.write_checkpoint(out, dict(export.tensors()))
+    export.write_checkpoint(out, export.whole_vocabulary_tensors())
 
 
 def export_gguf(export: Export) -> None:

@@ -27,6 +27,7 @@ from torch import nn
 
 from .families import FamilySpec
 from .target import TargetError
+from .target_head import TargetHead, check_vocab_map, register_vocab_map
 from .ttt_attention import flash_ttt_attention
 
 KINDS = ("eagle1", "eagle3")
@@ -85,7 +86,10 @@ class EagleConfig:
     #: HF hidden-state indices read from the target (index k = input to layer k, N = final
     #: norm output). None: EAGLE-1 reads (N,), EAGLE-3 reads (2, N // 2, N - 3).
     layers: tuple[int, ...] | None = None
-    draft_vocab_size: int | None = None  # EAGLE-3 pruned vocabulary; None = the target's
+    #: the N most frequent supervised tokens; None = the target's whole vocabulary. EAGLE-3
+    #: trains its own head over them; EAGLE-1 trains over the target's whole head and drafts
+    #: over those rows of it (truncated at export: target_head.py)
+    draft_vocab_size: int | None = None
     intermediate_size: int | None = None  # MLP width; None = the target's
     num_attention_heads: int | None = None  # None = the target's
     num_key_value_heads: int | None = None  # None = the target's
@@ -118,8 +122,8 @@ class EagleConfig:
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"eagle.kind must be one of {KINDS}, got {self.kind!r}")
-        if self.kind == "eagle1" and self.draft_vocab_size is not None:
-            raise ValueError("eagle.draft_vocab_size is EAGLE-3 only (EAGLE-1 uses the target's)")
+        if self.draft_vocab_size is not None and self.draft_vocab_size < 1:
+            raise ValueError(f"eagle.draft_vocab_size must be >= 1, got {self.draft_vocab_size}")
         if self.layers is not None and len(self.layers) != (1 if self.kind == "eagle1" else 3):
             raise ValueError(f"{self.kind} reads {1 if self.kind == 'eagle1' else 3} layer(s)")
         if self.ttt_steps < 1:
@@ -319,28 +323,27 @@ class EagleDrafter(nn.Module):
         hidden = fields["hidden_size"]
         # folders written before `fc_bias` existed had a bias on EAGLE-1 only
         bias = fields.get("fc_bias", self.kind == "eagle1")
+        vocab, draft_vocab = fields["vocab_size"], fields["draft_vocab_size"]
         if self.kind == "eagle1":
             self.fc = nn.Linear(2 * hidden, hidden, bias=bias)
+            if draft_vocab < vocab:  # the target's head truncated at export (target_head.py)
+                register_vocab_map(self, vocab, draft_vocab)
         else:
             self.fc = nn.Linear(3 * hidden, hidden, bias=bias)
             self.norm = LlamaRMSNorm(hidden, fields["rms_norm_eps"])
-            self.lm_head = nn.Linear(hidden, fields["draft_vocab_size"], bias=False)
-            vocab, draft_vocab = fields["vocab_size"], fields["draft_vocab_size"]
-            self.register_buffer("d2t", torch.zeros(draft_vocab, dtype=torch.long))
-            t2d = torch.zeros(vocab, dtype=torch.bool)
-            t2d[:draft_vocab] = True  # identity until `set_vocab_map` installs the real map
-            self.register_buffer("t2d", t2d)
+            self.lm_head = nn.Linear(hidden, draft_vocab, bias=False)
+            register_vocab_map(self, vocab, draft_vocab)  # until `set_vocab_map` installs it
         self.midlayer = MidLayer(fields)
         self.rotary = LlamaRotaryEmbedding(_llama_config(fields))
         # shared with the target, excluded from `drafter_state_dict`
         self.embed_tokens: nn.Module | None = None
-        self.target_lm_head: nn.Module | None = None
+        self.head: TargetHead | None = None  # EAGLE-1's projection: the target's head
 
     # -- wiring --------------------------------------------------------------------------
     def attach_target(self, embed_tokens: nn.Module, lm_head: nn.Module) -> None:
         """Share the target's input embeddings (and, for EAGLE-1, its lm_head), frozen."""
         object.__setattr__(self, "embed_tokens", embed_tokens)  # not a submodule: never saved
-        object.__setattr__(self, "target_lm_head", lm_head)
+        object.__setattr__(self, "head", TargetHead(lm_head, getattr(self, "d2t", None)))
 
     def drafter_state_dict(self) -> dict[str, torch.Tensor]:
         """The drafter's own tensors (no rotary cache, no shared target weights)."""
@@ -391,23 +394,27 @@ class EagleDrafter(nn.Module):
         return self.rotary(like, positions)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """Logits over the draft vocabulary (EAGLE-1: the target's whole vocabulary)."""
+        """Logits over the draft vocabulary (EAGLE-1: the target's head, whole or truncated)."""
         if self.kind == "eagle1":
-            return self.target_lm_head(hidden.to(self.target_lm_head.weight.dtype))
+            return self.head.draft_logits(hidden)
         return self.lm_head(self.norm(hidden))
 
     def proposable_ids(self) -> torch.Tensor:
-        """[vocab] bool: the target ids the drafter can propose (EAGLE-3: its draft
-        vocabulary; EAGLE-1: every id)."""
-        if self.kind == "eagle3":
+        """[vocab] bool: the target ids the drafter can propose (its draft vocabulary)."""
+        if self.has_vocab_map:
             return self.t2d.bool()
         return torch.ones(self.fields["vocab_size"], dtype=torch.bool, device=self.fc.weight.device)
 
     def to_target_ids(self, draft_ids: torch.Tensor) -> torch.Tensor:
         """Draft-vocabulary ids -> target ids."""
-        if self.kind == "eagle1":
+        if not self.has_vocab_map:
             return draft_ids
         return draft_ids + self.d2t[draft_ids]
+
+    @property
+    def has_vocab_map(self) -> bool:
+        """EAGLE-3 always; EAGLE-1 with a draft vocabulary."""
+        return getattr(self, "d2t", None) is not None
 
     # -- training forward: what the recipe calls through its DDP/DeepSpeed wrapper --------
     def forward(
@@ -535,12 +542,14 @@ def build_eagle(config: EagleConfig, target, draft_vocab_size: int | None = None
     """A fresh drafter for `target` (a `TargetAdapter`), checked against it at build time.
 
     The layers must exist in the target. EAGLE-3's head is started from the target's by
-    `init_draft_head` once `set_vocab_map` has installed the draft vocabulary.
+    `init_draft_head` once `set_vocab_map` has installed the draft vocabulary. EAGLE-1 trains
+    over the target's whole head (its draft vocabulary is installed at export).
     """
     layers = config.resolved_layers(target.num_layers)
     target.check_layer_indices(layers)
     vocab = target.lm_head.weight.shape[0]
-    size = draft_vocab_size or config.draft_vocab_size or vocab
+    wanted = config.draft_vocab_size if config.kind == "eagle3" else None
+    size = draft_vocab_size or wanted or vocab
     if size > vocab:
         raise TargetError(f"draft_vocab_size {size} exceeds the target's vocabulary {vocab}")
     fields = drafter_model_config(config, target.config, size)
@@ -645,11 +654,8 @@ def load_eagle(
             f"{path}: weights do not match an {fields['eagle_kind']} drafter "
             f"(missing {missing}, unexpected {result.unexpected_keys})"
         )
-    if drafter.kind == "eagle3":
-        ids = drafter.d2t + torch.arange(len(drafter.d2t))
-        vocab = target.lm_head.weight.shape[0]
-        if len(ids) and (int(ids.min()) < 0 or int(ids.max()) >= vocab):
-            raise DrafterError(f"{path}: d2t maps draft ids outside the vocabulary of {vocab}")
+    if drafter.has_vocab_map:
+        check_vocab_map(drafter.d2t, drafter.t2d, target.lm_head.weight.shape[0], str(path))
     drafter = drafter.to(dtype=dtype, device=target.lm_head.weight.device).eval()
     drafter.attach_target(target.embed_tokens, target.lm_head)
     return drafter

@@ -85,7 +85,7 @@ def _eagle3_layout(config, record, tensors, fmt: str, verifier: str, speculative
 def export_eagle1(export: Export) -> None:
     """EAGLE-1 -> vLLM's `EagleLlamaForCausalLM` (fc, layers.0.*, no input norm)."""
     export.check_positions()
-    tensors = export.tensors()
+    tensors = export.whole_vocabulary_tensors()
     if "fc.bias" in tensors:
         raise ExportError(
             "this EAGLE-1 drafter has a bias on fc; vLLM's EAGLE-1 layer has none and would "

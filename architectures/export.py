@@ -64,6 +64,7 @@ from .drafter_io import (
 )
 from .errors import DraftzooError, ExportError
 from .gguf_settings import GgufSettings
+from .target_head import MAP_KEYS
 
 #: formats that carry the target's input embedding unless told otherwise
 EMBEDDING_BY_DEFAULT = ("speculators",)
@@ -190,6 +191,22 @@ class Export:
         """The drafter's weights."""
         return (self.files or DrafterFiles.open(self.source)).weights()
 
+    def whole_vocabulary_tensors(self) -> dict[str, torch.Tensor]:
+        """The drafter's weights without a draft vocabulary's map (`target_head.py`): for
+        formats whose engines draft over the target's whole head; `draft_vocabulary_note`
+        says so in the export."""
+        return {k: v for k, v in self.tensors().items() if k not in MAP_KEYS}
+
+    def draft_vocabulary_note(self) -> str | None:
+        """What an export without the map drafts, for a drafter that has one (None without)."""
+        size, vocab = self.config.get("draft_vocab_size"), self.config.get("vocab_size")
+        if size is None or vocab is None or size >= vocab:
+            return None
+        return (
+            f"not carried: draftzoo drafts over {size} of {vocab} tokens (the target's head "
+            "truncated); this format's engines draft over the target's whole head"
+        )
+
     def target_location(self) -> str:
         """Where the target's files are (a local folder, or its hub cache)."""
         from .defaults import target_location
@@ -214,6 +231,9 @@ class Export:
         if self.embed_tokens:
             weights["embed_tokens.weight"] = _target_embedding(self.target_location(), self.config)
             out["draftzoo"]["embed_tokens_from"] = verifier_reference(self.target)
+        note = self.draft_vocabulary_note()
+        if note and not set(MAP_KEYS) & set(weights):
+            out["draftzoo"]["draft_vocabulary"] = note
         (self.folder / "config.json").write_text(json.dumps(out, indent=1))
         weights = {k: v.contiguous() for k, v in weights.items()}
         save_file(weights, str(self.folder / file), metadata={"format": "pt"})
@@ -403,6 +423,9 @@ def describe_export(folder: Path) -> list[str]:
         lines.append(f"verifier: {verifier}")
     if config.get("base_model_name_or_path"):
         lines.append(f"base model: {config['base_model_name_or_path']}")
+    vocabulary = config.get("draftzoo", {}).get("draft_vocabulary")
+    if vocabulary:
+        lines.append(f"draft vocabulary: {vocabulary}")
     gguf = config.get("draftzoo", {}).get("gguf")
     if gguf:
         lines.append(

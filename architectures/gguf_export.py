@@ -88,6 +88,7 @@ def convert_with_llama_cpp(
     if target_dir:
         command += ["--target-model-dir", target_dir]
     drafter_config = json.loads((scratch / "config.json").read_text())
+    vocabulary = drafter_config.get("draftzoo", {}).get("draft_vocabulary")
     _run_converter(command, export.source)
     shutil.rmtree(scratch)
     (export.folder / "config.json").write_text(
@@ -96,6 +97,7 @@ def convert_with_llama_cpp(
                 "draftzoo": {
                     "family": export.record["family"],
                     "hidden_state_layers_hf": export.record["hidden_state_layers"],
+                    **({"draft_vocabulary": vocabulary} if vocabulary else {}),
                     "gguf": {
                         "file": GGUF_FILE,
                         "converted_from": drafter_config.get("architectures", [None])[0],

@@ -32,6 +32,7 @@ from torch import nn
 
 from .families import FamilySpec
 from .target import TargetError, cache_parameter
+from .target_head import TargetHead, check_vocab_map, register_vocab_map
 
 FAMILY = "mtp"
 FAMILY_SPECS = (
@@ -79,10 +80,15 @@ class MtpConfig:
     #: "normed" or "residual" (HAND_OVERS): the engine convention the drafter is trained and
     #: served in; only an engine running the same one drafts what draftzoo measured
     hand_over: str = "normed"
+    #: draft over the N most frequent supervised tokens: the target's head truncated at export
+    #: (target_head.py; trained over the whole vocabulary); None: the whole vocabulary
+    draft_vocab_size: int | None = None
 
     def __post_init__(self) -> None:
         if self.depth < 1:
             raise ValueError("mtp.depth must be >= 1")
+        if self.draft_vocab_size is not None and self.draft_vocab_size < 1:
+            raise ValueError(f"mtp.draft_vocab_size must be >= 1, got {self.draft_vocab_size}")
         if self.init_from not in INIT_FROM:
             raise ValueError(f"mtp.init_from must be one of {INIT_FROM}, got {self.init_from!r}")
         if self.loss not in LOSSES:
@@ -136,6 +142,7 @@ class MtpDrafter(nn.Module):
         norm_class: type,
         num_layers: int,
         hand_over: str = "normed",
+        draft_vocab_size: int | None = None,
     ) -> None:
         from transformers.modeling_layers import MtpLayer
 
@@ -166,9 +173,13 @@ class MtpDrafter(nn.Module):
             "mtp_hand_over": hand_over,
             "target_config": text_config(target_config).to_dict(),
         }
+        vocab = config.vocab_size
+        if draft_vocab_size is not None and draft_vocab_size < vocab:
+            self.fields["draft_vocab_size"] = draft_vocab_size
+            register_vocab_map(self, vocab, draft_vocab_size)
         # shared with the target, never saved
         self.embed_tokens: nn.Module | None = None
-        self.target_lm_head: nn.Module | None = None
+        self.head: TargetHead | None = None
         self.rotary: nn.Module | None = None
 
     @property
@@ -179,7 +190,7 @@ class MtpDrafter(nn.Module):
     def attach_target(self, embed_tokens: nn.Module, lm_head: nn.Module, rotary) -> None:
         """Share the target's embeddings, head and rotary embedding (not submodules)."""
         object.__setattr__(self, "embed_tokens", embed_tokens)
-        object.__setattr__(self, "target_lm_head", lm_head)
+        object.__setattr__(self, "head", TargetHead(lm_head, getattr(self, "d2t", None)))
         object.__setattr__(self, "rotary", rotary)
 
     def drafter_state_dict(self) -> dict[str, torch.Tensor]:
@@ -232,9 +243,9 @@ class MtpDrafter(nn.Module):
         return hidden
 
     def logits(self, hidden: torch.Tensor, k: int = 0) -> torch.Tensor:
-        """The target's head over module k's hand-over states."""
-        states = self.head_states(hidden, k)
-        return self.target_lm_head(states.to(self.target_lm_head.weight.dtype))
+        """The target's head over module k's hand-over states [..., vocab] (-inf off a draft
+        vocabulary)."""
+        return self.head.logits(self.head_states(hidden, k))
 
     # -- training forward ----------------------------------------------------------------
     def forward(
@@ -326,8 +337,9 @@ def load_mtp(
     depth = fields["num_nextn_predict_layers"]
     hand_over = hand_over or fields.get("mtp_hand_over", "normed")
     check_hand_over(hand_over, depth, DrafterError)
+    draft_vocab = fields.get("draft_vocab_size")
     drafter = MtpDrafter(
-        target.config, depth, layer_class, norm_class, target.num_layers, hand_over
+        target.config, depth, layer_class, norm_class, target.num_layers, hand_over, draft_vocab
     )
     result = drafter.load_state_dict(tensors, strict=False)
     if result.missing_keys or result.unexpected_keys:
@@ -335,6 +347,8 @@ def load_mtp(
             f"{path}: weights do not match an MTP drafter of depth {drafter.depth} "
             f"(missing {result.missing_keys}, unexpected {result.unexpected_keys})"
         )
+    if "d2t" in tensors:
+        check_vocab_map(drafter.d2t, drafter.t2d, target.lm_head.weight.shape[0], str(path))
     drafter = drafter.to(dtype=dtype, device=target.lm_head.weight.device).eval()
     drafter.attach_target(target.embed_tokens, target.lm_head, target_rotary(target))
     return drafter

@@ -119,7 +119,13 @@ def export_sglang(export: Export) -> None:
 def _export_for(export: Export, fmt: str) -> None:
     check_servable(export.config["target_config"]["model_type"])
     check_convention(export.config, fmt)
-    export_mtp(export.source, export.folder, Path(export.target_location()), export.tensors())
+    tensors = export.whole_vocabulary_tensors()
+    export_mtp(export.source, export.folder, Path(export.target_location()), tensors)
+    note = export.draft_vocabulary_note()
+    if note:
+        config = json.loads((export.folder / "config.json").read_text())
+        config["draftzoo"]["draft_vocabulary"] = note
+        (export.folder / "config.json").write_text(json.dumps(config, indent=1))
 
 
 def export_mtp(drafter_dir: Path, out: Path, target_dir: Path, tensors: dict) -> None:

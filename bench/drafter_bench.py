@@ -14,11 +14,12 @@
 hybrid rule (weighing paces; bench/hybrid_vs_parts.py compares it with its parts per
 category). Several `--prompt-set`s are taken in turn, `--prompts` of each (the first set's
 first prompt is the warm-up), past prompts overlapping `--heldout-from`. `--eagle1` / `--eagle3` /
-`--mtp` / `--medusa` / `--hybrid` may be given several times (rows then carry the
-folder's name), so drafters trained differently are compared in one process against one
-target-only baseline. A Medusa drafter gives a chain and its calibrated tree; a Medusa-2 drafter
-serves a copy of the target with its LoRA merged, whose own target-only row is its greedy
-reference (speedups stay against the original target-only).
+`--mtp` / `--medusa` / `--hybrid` may be given several times (rows then carry the folder's
+name), and `--drafter` (any family's folder, its chain; rows named by family and folder), so
+drafters trained differently are compared in one process against one target-only baseline. A
+Medusa drafter gives a chain and its calibrated tree; a Medusa-2 drafter serves a copy of the
+target with its LoRA merged, whose own target-only row is its greedy reference (speedups stay
+against the original target-only).
 
 Every method decodes the same prompts (chat-rendered) with the same target in one process,
 interleaved prompt by prompt, after one warm-up prompt: target-only, the draft LM (chain),
@@ -48,6 +49,8 @@ import torch
 from bench_target import load_target
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from draftzoo.architectures.drafter_io import read_drafter_record
+from draftzoo.architectures.families import family_spec
 from draftzoo.eval.runner import EvalConfig, load_prompts
 from draftzoo.inference.cache_settings import CacheSettings
 from draftzoo.inference.eagle import EagleProposer, TreeSettings
@@ -110,6 +113,14 @@ def build_methods(args, target, tokenizer) -> dict[str, SpeculativeGenerator]:
         )
     for folder in args.medusa:
         methods.update(_medusa_methods(args, folder, target, tokenizer, len(args.medusa) > 1))
+    for folder in args.drafter:
+        record = read_drafter_record(Path(folder))
+        label = f"{family_spec(record['family']).display_name} {Path(folder).name}"
+        settings = ProposalSettings(num_speculative_tokens=args.gamma)
+        runtime = load_drafter(Path(folder), target, tokenizer, settings, static["cache"])
+        methods[f"{label} chain"] = SpeculativeGenerator(
+            target, tokenizer, runtime.make_proposer(), args.gamma, **static
+        )
     for folder in args.mtp:
         label = "MTP" if len(args.mtp) == 1 else f"MTP {Path(folder).name}"
         proposer = MtpProposer.from_pretrained(folder, target, tokenizer)
@@ -125,7 +136,6 @@ def _medusa_methods(args, folder, target, tokenizer, named: bool) -> dict:
     target, with that copy's own target-only row first)."""
     import copy
 
-    from draftzoo.architectures.drafter_io import read_drafter_record
     from draftzoo.inference.medusa import MedusaProposer, MedusaTree, calibrated_tree
 
     record = read_drafter_record(Path(folder))
@@ -172,6 +182,12 @@ def _parse_args() -> argparse.Namespace:
     )
     parser.add_argument(
         "--medusa", action="append", default=[], help="a Medusa-1/2 drafter folder (repeatable)"
+    )
+    parser.add_argument(
+        "--drafter",
+        action="append",
+        default=[],
+        help="any family's drafter folder, its chain through load_drafter (repeatable)",
     )
     parser.add_argument("--eagle1-tree", action="store_true", help="add EAGLE-1 with trees")
     parser.add_argument("--chains-only", action="store_true", help="no EAGLE-3 tree row")

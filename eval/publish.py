@@ -45,7 +45,7 @@ from .certificate import describe
 from .certificate import headline as certificate_headline
 from .engine_runs import ENGINE_RUNS_FILE, read_engine_runs
 from .machine_load import unreliable_sentence
-from .model_card import RERUN_COST_FILE, render_card
+from .model_card import RERUN_COST_FILE, draft_vocabulary_note, render_card
 from .plots import plot_report
 from .runner import REPORT_FILE, SUMMARY_FILE, headline
 
@@ -259,7 +259,11 @@ def _build_folder(source, tmp, name, record, report, report_path, rerun_cost, en
         if (source / name).is_file():
             shutil.copy2(source / name, tmp / name)
     plots = [p.name for p in plot_report(report, tmp)]
-    notes = family_spec(record["family"]).serving_notes(tmp)
+    config = json.loads((tmp / "config.json").read_text())
+    notes = [
+        *draft_vocabulary_note(config, record),
+        *family_spec(record["family"]).serving_notes(tmp),
+    ]
     command = train_command(record)
     card = render_card(name, record, report, plots, command, notes, rerun_cost, engine_runs)
     (tmp / "README.md").write_text(card)

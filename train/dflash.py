@@ -23,6 +23,7 @@ from ..data.token_dataset import DataConfig
 from .blocks import export_drafter, own_weights, prepare_model, start_run, train_steps
 from .dflash_loss import DflashLoss
 from .distributed import whole_weights
+from .draft_vocab import truncate_at_export
 from .recipe_config import TargetSpec, TrainConfig, TrainResult
 from .setup import meta_target, model_config
 
@@ -99,6 +100,6 @@ def run(recipe: DflashRecipe) -> TrainResult:
             "train/simulated_acceptance_length"
         ],
     }
-
+    training.update(truncate_at_export(run, module, recipe.dflash))
     export_drafter(run, drafter, FAMILY, own_weights, training, outcome, list(module.taps))
     return TrainResult.of(run.output_dir, outcome, accuracies[0])

@@ -31,7 +31,8 @@ from ..data.capture import CaptureConfig
 from ..data.token_dataset import DataConfig
 from .blocks import export_drafter, own_weights, prepare_model, start_run, train_steps
 from .distributed import whole_weights
-from .eagle_batch import EagleLoss, draft_vocab
+from .draft_vocab import draft_vocab, truncate_at_export
+from .eagle_batch import EagleLoss
 from .recipe_config import TargetSpec, TrainConfig, TrainResult
 from .setup import meta_target, model_config
 
@@ -122,6 +123,7 @@ def run(recipe: EagleRecipe) -> TrainResult:
             "train/simulated_acceptance_length"
         ],
     }
-
+    if module.kind == "eagle1":
+        training.update(truncate_at_export(run, module, recipe.eagle))
     export_drafter(run, drafter, recipe.family, own_weights, training, outcome, list(module.layers))
     return TrainResult.of(run.output_dir, outcome, accuracies[0])

@@ -1,4 +1,4 @@
-"""EAGLE's part of the shared loop: one micro-batch's loss and statistics, the draft vocabulary."""
+"""EAGLE's part of the shared loop: one micro-batch's loss and statistics."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import torch
 
 from ..architectures.acceptance_length import simulated_acceptance_length
 from ..data.capture import target_head_logits
-from ..data.draft_vocab import build_vocab_map, count_supervised_tokens, coverage
 from ..data.repeats import repeated_bigrams
 from .eagle_losses import (
     ahead,
@@ -115,13 +114,3 @@ class EagleLoss:
 
     def begin_step(self, step: int) -> None:
         """Nothing in this loss follows the step."""
-
-
-def draft_vocab(config, dataset, vocab_size: int):
-    """(d2t, t2d, coverage) of the EAGLE-3 draft vocabulary (identity when not pruned)."""
-    size = config.draft_vocab_size or vocab_size
-    if size == vocab_size:
-        return torch.zeros(size, dtype=torch.long), torch.ones(size, dtype=torch.bool), 1.0
-    counts = count_supervised_tokens(dataset, vocab_size)
-    d2t, t2d = build_vocab_map(counts, size)
-    return d2t, t2d, coverage(counts, t2d)

@@ -22,7 +22,7 @@ from ..data.capture import CaptureConfig
 from ..data.token_dataset import DataConfig
 from .blocks import all_weights, export_drafter, prepare_model, start_run, train_steps
 from .distributed import whole_weights
-from .eagle_batch import draft_vocab
+from .draft_vocab import draft_vocab
 from .medusa_heldout import CalibrationConfig, calibration_record, heldout_batches
 from .medusa_loss import MedusaLoss, MedusaLossConfig
 from .recipe_config import TargetSpec, TrainConfig, TrainResult

@@ -26,6 +26,7 @@ from ..data.capture import CaptureConfig
 from ..data.token_dataset import DataConfig
 from .blocks import all_weights, export_drafter, prepare_model, start_run, train_steps
 from .distributed import whole_weights
+from .draft_vocab import truncate_at_export
 from .mtp_loss import MtpLoss
 from .recipe_config import TargetSpec, TrainConfig, TrainResult
 from .setup import meta_target, model_config
@@ -103,6 +104,7 @@ def run(recipe: MtpRecipe) -> TrainResult:
             "train/simulated_acceptance_length"
         ],
     }
+    training.update(truncate_at_export(run, run.accelerator.unwrap_model(drafter), recipe.mtp))
     layers = recipe.capture_layers(run.target.num_layers)
     export_drafter(run, drafter, FAMILY, all_weights, training, outcome, layers)
     return TrainResult.of(run.output_dir, outcome, accuracies[0])

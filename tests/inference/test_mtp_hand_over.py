@@ -65,7 +65,7 @@ def _engine_chain(drafter, states, ids, drafts, engine: str) -> list[torch.Tenso
             position_ids=positions,
         )[0]
         normed = layer.post_norm(block[-1])
-        out.append(torch.softmax(drafter.target_lm_head(normed).float(), -1))
+        out.append(torch.softmax(drafter.head.lm_head(normed).float(), -1))
         handed = block[-1] if engine == "vllm" else normed
         tokens.append(int(drafts[step]))
         previous = torch.cat([previous, handed[None]])
