@@ -35,7 +35,7 @@ FAMILY_SPECS = (
         name=FAMILY,
         display_name="DFlash",
         recipe="draftzoo.train.dflash:DflashRecipe",
-        runtime="draftzoo.inference.dflash:load_runtime",
+        runtime="draftzoo.inference.proposers.dflash:load_runtime",
         exporters={
             "vllm": "draftzoo.architectures.dflash_export:export_engines",
             "sglang": "draftzoo.architectures.dflash_export:export_engines",
@@ -51,7 +51,7 @@ FAMILY_SPECS = (
             "tests/train/test_dflash.py",
             "tests/inference/test_dflash_runtime.py",
         ),
-        tree_kind="draftzoo.inference.position_tree:PositionTree",
+        tree_kind="draftzoo.inference.proposers.position_tree:PositionTree",
     ),
 )
 

@@ -22,7 +22,7 @@ FAMILY_SPECS = (
         name="draft_lm",
         display_name="draft LM",
         recipe="draftzoo.train.draft_lm:DraftLMRecipe",
-        runtime="draftzoo.inference.draft_lm:load_runtime",
+        runtime="draftzoo.inference.proposers.draft_lm:load_runtime",
         exporters={
             "hf": "draftzoo.architectures.draft_lm:export_hf",
             "gguf": "draftzoo.architectures.draft_lm:export_gguf",

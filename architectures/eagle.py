@@ -36,7 +36,7 @@ TOKEN_LOSSES = ("ce", "tvd", "lk")
 ARCHITECTURES = {"eagle1": "DraftzooEagle1", "eagle3": "DraftzooEagle3"}
 _EAGLE = {
     "recipe": "draftzoo.train.eagle:EagleRecipe",
-    "runtime": "draftzoo.inference.eagle:load_runtime",
+    "runtime": "draftzoo.inference.proposers.eagle:load_runtime",
     "recipes_dir": "",
     "tree_kind": "draftzoo.inference.tree:TreeSettings",
     "teacher_forced": True,

@@ -2,7 +2,7 @@
 
 Every shared module (training, loading, evaluation, export, cards, the CLI) asks the registry
 what a family does instead of asking "is this EAGLE?". A family's spec names its pieces by
-dotted path (`"draftzoo.inference.eagle:load_runtime"`), resolved only when used, so this
+dotted path (`"draftzoo.inference.proposers.eagle:load_runtime"`), resolved only when used, so this
 module imports nothing above `architectures` and a family's training code is never loaded to
 serve it.
 

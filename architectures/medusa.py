@@ -28,12 +28,12 @@ from .target import TargetError
 #: Medusa-1: heads on the frozen target; Medusa-2: heads trained with a LoRA on the target
 FAMILIES = ("medusa1", "medusa2")
 _MEDUSA = {
-    "runtime": "draftzoo.inference.medusa:load_runtime",
+    "runtime": "draftzoo.inference.proposers.medusa:load_runtime",
     "exporters": {
         "vllm": "draftzoo.architectures.medusa_export:export_vllm",
         "medusa": "draftzoo.architectures.medusa_export:export_reference",
     },
-    "tree_kind": "draftzoo.inference.position_tree:PositionTree",
+    "tree_kind": "draftzoo.inference.proposers.position_tree:PositionTree",
 }
 FAMILY_SPECS = (
     FamilySpec(

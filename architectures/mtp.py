@@ -40,7 +40,7 @@ FAMILY_SPECS = (
         name=FAMILY,
         display_name="MTP",
         recipe="draftzoo.train.mtp:MtpRecipe",
-        runtime="draftzoo.inference.mtp:load_runtime",
+        runtime="draftzoo.inference.proposers.mtp:load_runtime",
         exporters={
             "vllm": "draftzoo.architectures.mtp_export:export_vllm",
             "sglang": "draftzoo.architectures.mtp_export:export_sglang",

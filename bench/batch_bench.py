@@ -25,8 +25,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from draftzoo.data.prompts import humaneval_prompts
 from draftzoo.inference.batch import BatchGenerator
 from draftzoo.inference.cache_settings import CacheSettings
-from draftzoo.inference.prompt_lookup import PromptLookupProposer
-from draftzoo.inference.proposers import DraftModelProposer
+from draftzoo.inference.proposers.draft_lm import DraftModelProposer
+from draftzoo.inference.proposers.prompt_lookup import PromptLookupProposer
 from draftzoo.inference.sampling import SamplingParams
 from draftzoo.train.testbed import committed_testbed_dir
 

@@ -29,8 +29,8 @@ from draftzoo.architectures.target import TargetAdapter
 from draftzoo.data.prompts import humaneval_prompts
 from draftzoo.eval.runner import EvalConfig, evaluate
 from draftzoo.inference.load import load_drafter, load_target, recorded_target
-from draftzoo.inference.position_tree import PositionTree
 from draftzoo.inference.proposal_settings import ProposalSettings
+from draftzoo.inference.proposers.position_tree import PositionTree
 
 CALIBRATION = slice(13, 41)  # HumanEval prompts the evaluation (first 13) does not read
 RANKS = 10

@@ -53,16 +53,16 @@ from draftzoo.architectures.drafter_io import read_drafter_record
 from draftzoo.architectures.families import family_spec
 from draftzoo.eval.runner import EvalConfig, load_prompts
 from draftzoo.inference.cache_settings import CacheSettings
-from draftzoo.inference.eagle import EagleProposer, TreeSettings
 from draftzoo.inference.generate import SpeculativeGenerator
-from draftzoo.inference.hybrid import HybridSettings
 from draftzoo.inference.load import load_drafter
-from draftzoo.inference.mtp import MtpProposer
-from draftzoo.inference.prompt_lookup import prompt_lookup_runtime
 from draftzoo.inference.proposal_settings import ProposalSettings
-from draftzoo.inference.proposers import DraftModelProposer
+from draftzoo.inference.proposers.draft_lm import DraftModelProposer
+from draftzoo.inference.proposers.eagle import EagleProposer, TreeSettings
+from draftzoo.inference.proposers.hybrid import HybridSettings
+from draftzoo.inference.proposers.mtp import MtpProposer
+from draftzoo.inference.proposers.prompt_lookup import prompt_lookup_runtime
+from draftzoo.inference.proposers.suffix_decoding import suffix_runtime
 from draftzoo.inference.sampling import SamplingParams
-from draftzoo.inference.suffix_decoding import suffix_runtime
 from draftzoo.train.testbed import committed_testbed_dir
 
 
@@ -136,7 +136,7 @@ def _medusa_methods(args, folder, target, tokenizer, named: bool) -> dict:
     target, with that copy's own target-only row first)."""
     import copy
 
-    from draftzoo.inference.medusa import MedusaProposer, MedusaTree, calibrated_tree
+    from draftzoo.inference.proposers.medusa import MedusaProposer, MedusaTree, calibrated_tree
 
     record = read_drafter_record(Path(folder))
     family = "Medusa-1" if record["family"] == "medusa1" else "Medusa-2"

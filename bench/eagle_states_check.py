@@ -31,8 +31,8 @@ from draftzoo.architectures.eagle import DraftCache
 from draftzoo.architectures.target import TargetAdapter
 from draftzoo.data.prompts import load_prompt_set
 from draftzoo.inference.cache_settings import CacheSettings
-from draftzoo.inference.eagle import EagleProposer
 from draftzoo.inference.generate import SpeculativeGenerator, fused_states
+from draftzoo.inference.proposers.eagle import EagleProposer
 from draftzoo.inference.sampling import SamplingParams
 from draftzoo.train.testbed import committed_testbed_dir
 

@@ -324,8 +324,8 @@ def rows_of(work: Path, families: list[str]) -> list[Row]:
 def load_row(row: Row, config):
     """A fresh target (Medusa-2 adapts it), its tokenizer and the row's runtime."""
     from draftzoo.inference.load import load_drafter, load_target
-    from draftzoo.inference.prompt_lookup import prompt_lookup_runtime
-    from draftzoo.inference.suffix_decoding import suffix_runtime
+    from draftzoo.inference.proposers.prompt_lookup import prompt_lookup_runtime
+    from draftzoo.inference.proposers.suffix_decoding import suffix_runtime
 
     target, tokenizer = load_target(PROFILE.target, config.torch_dtype)
     if row.drafter is not None:

@@ -26,10 +26,10 @@ from bench_target import load_target
 
 from draftzoo.eval.runner import EvalConfig, load_prompts
 from draftzoo.inference.generate import SpeculativeGenerator
-from draftzoo.inference.hybrid import HybridSettings
 from draftzoo.inference.load import load_drafter
-from draftzoo.inference.prompt_lookup import prompt_lookup_runtime
 from draftzoo.inference.proposal_settings import ProposalSettings
+from draftzoo.inference.proposers.hybrid import HybridSettings
+from draftzoo.inference.proposers.prompt_lookup import prompt_lookup_runtime
 from draftzoo.inference.sampling import SamplingParams
 
 

@@ -21,10 +21,10 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from draftzoo.data.prompts import load_prompt_set
 from draftzoo.inference.batch import BatchGenerator
-from draftzoo.inference.eagle import EagleProposer, TreeSettings
 from draftzoo.inference.generate import SpeculativeGenerator
-from draftzoo.inference.prompt_lookup import PromptLookupProposer
-from draftzoo.inference.proposers import DraftModelProposer
+from draftzoo.inference.proposers.draft_lm import DraftModelProposer
+from draftzoo.inference.proposers.eagle import EagleProposer, TreeSettings
+from draftzoo.inference.proposers.prompt_lookup import PromptLookupProposer
 from draftzoo.inference.sampling import SamplingParams
 from draftzoo.train.testbed import committed_testbed_dir
 

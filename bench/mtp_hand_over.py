@@ -25,7 +25,7 @@ from draftzoo.eval.runner import EvalConfig, evaluate
 from draftzoo.inference.drafter_request import DrafterRequest
 from draftzoo.inference.drafter_runtime import DrafterRuntime
 from draftzoo.inference.load import load_target, recorded_target
-from draftzoo.inference.mtp import MtpProposer
+from draftzoo.inference.proposers.mtp import MtpProposer
 
 
 def runtime(folder: Path, record: dict, model, tokenizer, hand_over: str, proposal):

@@ -32,8 +32,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from draftzoo.data.prompts import load_prompt_set
 from draftzoo.inference.cache_settings import CacheSettings
 from draftzoo.inference.generate import SpeculativeGenerator
-from draftzoo.inference.prompt_lookup import PromptLookupProposer
-from draftzoo.inference.proposers import DraftModelProposer
+from draftzoo.inference.proposers.draft_lm import DraftModelProposer
+from draftzoo.inference.proposers.prompt_lookup import PromptLookupProposer
 from draftzoo.inference.sampling import SamplingParams
 from draftzoo.train.testbed import committed_testbed_dir
 

@@ -27,7 +27,7 @@ import torch
 from transformers import DynamicCache
 
 from draftzoo.inference.kv_cache import cache_kwargs, crop
-from draftzoo.inference.suffix import SuffixCache, SuffixProposer, SuffixSettings
+from draftzoo.inference.proposers.suffix import SuffixCache, SuffixProposer, SuffixSettings
 
 
 def rss_bytes() -> int:

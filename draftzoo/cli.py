@@ -37,9 +37,9 @@ def _proposer(args: argparse.Namespace, what: str):
     settings they ask for), checked before anything loads."""
     from draftzoo.inference.model_free import picked
     from draftzoo.inference.proposal_settings import from_flags
-    from draftzoo.inference.proposers import ProposerError
-    from draftzoo.inference.suffix_decoding import MODEL_FREE_SPEC as SUFFIX
-    from draftzoo.inference.suffix_store import check_cache_path
+    from draftzoo.inference.proposer import ProposerError
+    from draftzoo.inference.proposers.suffix_decoding import MODEL_FREE_SPEC as SUFFIX
+    from draftzoo.inference.proposers.suffix_store import check_cache_path
 
     model_free = picked(args, what, shared={SUFFIX.name: "--hybrid"})
     settings = from_flags(args, what, SUFFIX.settings_from(args) if args.hybrid else None)

@@ -29,7 +29,7 @@ from .errors import GenerationError
 from .generate import fused_states, target_states
 from .graphs import use_cuda_graphs
 from .growing_forward import GrowingForward
-from .proposers import Proposer
+from .proposer import Proposer
 from .round import (
     GenerationOutput,
     Limits,

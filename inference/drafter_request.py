@@ -15,7 +15,7 @@ from torch import nn
 
 from .cache_settings import GROWING, CacheSettings
 from .proposal_settings import OWN_TREE, ProposalSettings
-from .proposers import Proposer
+from .proposer import Proposer
 
 
 @dataclass(frozen=True)

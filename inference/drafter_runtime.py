@@ -10,7 +10,7 @@ from typing import Any
 from torch import nn
 
 from .proposal_settings import ProposalSettings
-from .proposers import Proposer
+from .proposer import Proposer
 
 
 @dataclass

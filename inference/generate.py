@@ -16,7 +16,7 @@ import torch
 from .cache_settings import GROWING, CacheSettings
 from .errors import GenerationError
 from .growing_forward import GrowingForward
-from .proposers import Proposer
+from .proposer import Proposer
 from .round import (
     GenerationMetrics,
     GenerationOutput,

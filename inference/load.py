@@ -29,13 +29,13 @@ from .cache_settings import GROWING, CacheSettings
 from .drafter_request import DrafterRequest, LoadedDrafter
 from .drafter_runtime import DrafterRuntime
 from .generate import SpeculativeGenerator
-from .hybrid import HybridProposer, HybridSettings
 from .model_free import ModelFreeSpec
 from .peer_import import drafter_from_peer
 from .proposal_settings import ProposalSettings, asked, check_family_tree, from_serving
-from .proposers import Proposer
-from .suffix import SuffixSettings
-from .suffix_store import global_cache
+from .proposer import Proposer
+from .proposers.hybrid import HybridProposer, HybridSettings
+from .proposers.suffix import SuffixSettings
+from .proposers.suffix_store import global_cache
 
 #: `load(num_speculative_tokens=AS_PUBLISHED)`: the length the drafter's zoo entry serves with
 AS_PUBLISHED = "published"
@@ -266,7 +266,8 @@ def build_generator(
 
     from ..architectures.defaults import COMMITTED_TARGET
     from ..architectures.safe_load import load_causal_lm, load_tokenizer
-    from .proposers import DraftModelProposer, ProposerError
+    from .proposer import ProposerError
+    from .proposers.draft_lm import DraftModelProposer
 
     if drafter is not None:
         return load(drafter, target, proposal=proposal, device=device, cache=cache)

@@ -20,13 +20,13 @@ from typing import Any
 from ..architectures.config_io import ConfigError
 from ..architectures.families import resolve
 from ..architectures.spec_registry import SpecRegistry
-from .proposers import ProposerError
+from .proposer import ProposerError
 from .setting_flag import SettingFlag
 
 #: the modules whose `MODEL_FREE_SPEC` the registry holds: one line per proposer
 MODEL_FREE_MODULES = (
-    "draftzoo.inference.prompt_lookup",
-    "draftzoo.inference.suffix_decoding",
+    "draftzoo.inference.proposers.prompt_lookup",
+    "draftzoo.inference.proposers.suffix_decoding",
 )
 
 

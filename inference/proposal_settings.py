@@ -23,10 +23,10 @@ from typing import Any, ClassVar, Protocol
 from ..architectures.config_io import ConfigError
 from ..architectures.defaults import NUM_SPECULATIVE_TOKENS
 from ..architectures.families import FamilySpec, family_specs
-from .hybrid_rule import HybridSettings
-from .proposers import ProposerError
+from .proposer import ProposerError
+from .proposers.hybrid_rule import HybridSettings
+from .proposers.suffix import SuffixSettings
 from .setting_flag import SettingFlag
-from .suffix import SuffixSettings
 
 CHAIN, TREE, HYBRID, HYBRID_TREE = "chain", "tree", "hybrid", "hybrid-tree"
 #: every proposal kind by name (reports, zoo entries, `draftzoo.load(proposal=...)`)

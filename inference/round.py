@@ -19,7 +19,7 @@ import torch
 
 from .acceptance import accept
 from .errors import GenerationError
-from .proposers import Proposer
+from .proposer import Proposer
 from .sampling import SamplingParams
 from .tree import Proposal
 

@@ -134,7 +134,7 @@ def test_a_sixth_family_needs_only_its_files_and_one_registry_entry(
 ):
     from draftzoo.inference.generate import SpeculativeGenerator
     from draftzoo.inference.load import load_drafter
-    from draftzoo.inference.proposers import ProposerError
+    from draftzoo.inference.proposer import ProposerError
     from draftzoo.inference.sampling import SamplingParams
 
     model, tokenizer, _ = tiny_target_model

@@ -28,12 +28,13 @@ ALLOWED = {
 
 
 def _modules() -> dict[str, Path]:
-    """{dotted module name: file} of every package module."""
+    """{dotted module name: file} of every package module, its rooms' included."""
     found = {}
     for folder, package in FOLDERS.items():
-        for path in sorted((ROOT / folder).glob("*.py")):
-            name = package if path.stem == "__init__" else f"{package}.{path.stem}"
-            found[name] = path
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            parts = path.relative_to(ROOT / folder).with_suffix("").parts
+            parts = parts[:-1] if parts[-1] == "__init__" else parts
+            found[".".join((package, *parts))] = path
     return found
 
 
@@ -98,6 +99,50 @@ def test_no_import_circle():
         if module not in state:
             visit(module, [module])
     assert not circles, circles
+
+
+#: the proposers' room inside the runtime (each family's proposer, the model-free ones)
+ROOM = "draftzoo.inference.proposers"
+#: the shared runtime's only reaches into the room, and what for
+REACHES_INTO_THE_ROOM = {
+    # the typed proposal value holds the hybrid's and suffix decoding's settings
+    "draftzoo.inference.proposal_settings": {
+        f"{ROOM}.hybrid_rule",
+        f"{ROOM}.suffix",
+    },
+    # the loader assembles hybrids (a family's proposer beside the model-free ones) and serves
+    # a plain draft model
+    "draftzoo.inference.load": {
+        f"{ROOM}.hybrid",
+        f"{ROOM}.suffix",
+        f"{ROOM}.suffix_store",
+        f"{ROOM}.draft_lm",
+    },
+}
+
+
+def test_the_shared_runtime_reaches_into_the_proposers_room_only_where_listed():
+    """Arrows go from the room to the shared runtime; the runtime finds a family's proposer
+    through the registry's strings, and reaches in by import only where listed above (and
+    every listed reach is real, so the list cannot go stale)."""
+    graph = _graph()
+    shared = [m for m in graph if m.startswith("draftzoo.inference.") and not m.startswith(ROOM)]
+    reaches = {m: {t for t in graph[m] if t.startswith(ROOM)} for m in shared}
+    reaches = {m: targets for m, targets in reaches.items() if targets}
+    assert reaches == REACHES_INTO_THE_ROOM
+
+
+def test_every_proposer_lives_in_the_room():
+    """Every family's runtime and every model-free proposer the registries name is a module of
+    the room."""
+    from draftzoo.architectures.families import family_specs
+    from draftzoo.inference.model_free import MODEL_FREE_MODULES
+
+    named = [spec.runtime.split(":")[0] for spec in family_specs().values()]
+    named += list(MODEL_FREE_MODULES)
+    outside = [module for module in named if not module.startswith(f"{ROOM}.")]
+    assert not outside, outside
+    assert set(named) <= set(_modules())
 
 
 def test_the_checks_see_real_imports():

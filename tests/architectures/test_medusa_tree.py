@@ -8,7 +8,7 @@ import itertools
 import pytest
 
 from draftzoo.architectures.tree_search import calibrated_choices, estimated_acceptance
-from draftzoo.inference.medusa import MedusaTree
+from draftzoo.inference.proposers.medusa import MedusaTree
 
 ACCURACY = [[0.5, 0.2, 0.1], [0.35, 0.15, 0.05], [0.3, 0.1, 0.02]]
 

@@ -54,7 +54,7 @@ def test_exact_bins_are_the_targets_joint_probabilities():
 def test_the_exact_runtime_passes_and_lossy_rules_fail(monkeypatch):
     """On a sharp 6-token target with a confidently wrong draft LM: exact acceptance passes,
     Medusa's typical acceptance and an accept-every-draft rule fail."""
-    from draftzoo.inference.proposers import DraftModelProposer
+    from draftzoo.inference.proposers.draft_lm import DraftModelProposer
     from tests.inference.test_lossless_sampling import _tiny_lm
 
     target, draft = _tiny_lm(seed=0, sharpness=30.0), _tiny_lm(seed=7, sharpness=60.0)

@@ -16,8 +16,8 @@ from draftzoo.eval.teacher_forced import (
     teacher_forced_scores,
     unrolled_distributions,
 )
-from draftzoo.inference.eagle import EagleProposer
 from draftzoo.inference.generate import SpeculativeGenerator
+from draftzoo.inference.proposers.eagle import EagleProposer
 from draftzoo.inference.sampling import SamplingParams
 from draftzoo.train.eagle import run
 from tests.inference.helpers import PROMPTS

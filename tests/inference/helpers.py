@@ -8,7 +8,7 @@ from contextlib import contextmanager
 
 import torch
 
-from draftzoo.inference.proposers import Proposer
+from draftzoo.inference.proposer import Proposer
 from draftzoo.inference.tree import Proposal
 
 #: prompts of the runtime tests: code, an import, a loop, one character

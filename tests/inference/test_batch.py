@@ -8,8 +8,8 @@ import pytest
 from draftzoo.inference.batch import BatchGenerator
 from draftzoo.inference.cache_settings import CacheSettings
 from draftzoo.inference.generate import GenerationError
-from draftzoo.inference.prompt_lookup import PromptLookupProposer
-from draftzoo.inference.proposers import DraftModelProposer
+from draftzoo.inference.proposers.draft_lm import DraftModelProposer
+from draftzoo.inference.proposers.prompt_lookup import PromptLookupProposer
 from draftzoo.inference.sampling import SamplingParams
 from tests.inference.helpers import PROMPTS, TopKTreeProposer, count_host_reads, perturbed_copy
 

@@ -11,9 +11,9 @@ from draftzoo.architectures.drafter_io import check_drafter_target
 from draftzoo.architectures.target import TargetAdapter
 from draftzoo.architectures.zoo_index import ZooIndex, builtin_zoo_dir
 from draftzoo.data.prompts import humaneval_prompts
-from draftzoo.inference.eagle import EagleProposer, TreeSettings
 from draftzoo.inference.generate import SpeculativeGenerator
-from draftzoo.inference.proposers import DraftModelProposer
+from draftzoo.inference.proposers.draft_lm import DraftModelProposer
+from draftzoo.inference.proposers.eagle import EagleProposer, TreeSettings
 from draftzoo.inference.sampling import SamplingParams
 from draftzoo.train.testbed import committed_testbed_dir
 

@@ -18,10 +18,10 @@ from draftzoo.architectures.zoo_index import builtin_zoo_dir
 from draftzoo.data.prompts import load_prompt_set
 from draftzoo.inference.batch import BatchGenerator
 from draftzoo.inference.cache_settings import CacheSettings
-from draftzoo.inference.dflash import DflashProposer
-from draftzoo.inference.eagle import EagleProposer, TreeSettings
 from draftzoo.inference.generate import SpeculativeGenerator
-from draftzoo.inference.proposers import DraftModelProposer
+from draftzoo.inference.proposers.dflash import DflashProposer
+from draftzoo.inference.proposers.draft_lm import DraftModelProposer
+from draftzoo.inference.proposers.eagle import EagleProposer, TreeSettings
 from draftzoo.inference.sampling import SamplingParams
 from draftzoo.train.testbed import committed_testbed_dir
 

@@ -13,12 +13,12 @@ from draftzoo.architectures.dflash import DflashConfig, build_dflash
 from draftzoo.architectures.target import FingerprintMismatchError, TargetAdapter
 from draftzoo.inference.batch import BatchGenerator
 from draftzoo.inference.cache_settings import CacheSettings
-from draftzoo.inference.dflash import DflashProposer
 from draftzoo.inference.generate import SpeculativeGenerator, fused_states
 from draftzoo.inference.load import load_drafter
-from draftzoo.inference.position_tree import PositionTree
 from draftzoo.inference.proposal_settings import from_name
-from draftzoo.inference.proposers import ProposerError
+from draftzoo.inference.proposer import ProposerError
+from draftzoo.inference.proposers.dflash import DflashProposer
+from draftzoo.inference.proposers.position_tree import PositionTree
 from draftzoo.inference.sampling import SamplingParams
 from draftzoo.inference.tree import TreeSettings
 from draftzoo.train.dflash import run
@@ -74,7 +74,7 @@ def test_static_entries_propose_what_growing_entries_propose(
     graph replays (run eagerly off CUDA) — draft the growing entries' chains in every round
     (the growing buffers enlarged 8 positions at a time on the way), with one host read a
     round."""
-    from draftzoo.inference.dflash import ContextEntries
+    from draftzoo.inference.proposers.dflash import ContextEntries
 
     monkeypatch.setattr(ContextEntries, "GROW", 8)
     model, tokenizer = target_and_tokenizer

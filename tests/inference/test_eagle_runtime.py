@@ -10,9 +10,9 @@ import torch
 
 from draftzoo.inference.batch import BatchGenerator
 from draftzoo.inference.cache_settings import CacheSettings
-from draftzoo.inference.eagle import EagleProposer, TreeSettings
 from draftzoo.inference.errors import GenerationError
 from draftzoo.inference.generate import SpeculativeGenerator
+from draftzoo.inference.proposers.eagle import EagleProposer, TreeSettings
 from draftzoo.inference.sampling import SamplingParams
 from draftzoo.train.eagle import run
 from tests.inference.helpers import (

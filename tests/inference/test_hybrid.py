@@ -9,14 +9,26 @@ import pytest
 import torch
 
 from draftzoo.inference.generate import SpeculativeGenerator
-from draftzoo.inference.hybrid import HybridProposer, HybridSettings, accepted_nodes, merge
-from draftzoo.inference.hybrid_rule import CHOICES, Calibration, Candidate, Choice, Mean, choose
 from draftzoo.inference.load import load_drafter
-from draftzoo.inference.prompt_lookup import PromptLookupProposer
 from draftzoo.inference.proposal_settings import from_name
-from draftzoo.inference.proposers import ProposerError
+from draftzoo.inference.proposer import ProposerError
+from draftzoo.inference.proposers.hybrid import (
+    HybridProposer,
+    HybridSettings,
+    accepted_nodes,
+    merge,
+)
+from draftzoo.inference.proposers.hybrid_rule import (
+    CHOICES,
+    Calibration,
+    Candidate,
+    Choice,
+    Mean,
+    choose,
+)
+from draftzoo.inference.proposers.prompt_lookup import PromptLookupProposer
+from draftzoo.inference.proposers.suffix import SuffixCache, SuffixSettings
 from draftzoo.inference.sampling import SamplingParams
-from draftzoo.inference.suffix import SuffixCache, SuffixSettings
 from draftzoo.inference.tree import Proposal
 from tests.inference.helpers import PROMPTS
 from tests.inference.test_lossless_sampling import (

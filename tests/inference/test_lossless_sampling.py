@@ -21,7 +21,7 @@ import torch
 
 from draftzoo.inference.cache_settings import CacheSettings
 from draftzoo.inference.generate import SpeculativeGenerator
-from draftzoo.inference.proposers import DraftModelProposer
+from draftzoo.inference.proposers.draft_lm import DraftModelProposer
 from draftzoo.inference.sampling import SamplingParams, probabilities, sample
 from tests.inference.helpers import TopKTreeProposer
 
@@ -99,7 +99,7 @@ def _eagle3(target, tree: bool, static: bool = False):
     sampled trees: on its scratch slots)."""
     from draftzoo.architectures.eagle import EagleConfig, build_eagle, init_draft_head
     from draftzoo.architectures.target import TargetAdapter
-    from draftzoo.inference.eagle import EagleProposer, TreeSettings
+    from draftzoo.inference.proposers.eagle import EagleProposer, TreeSettings
 
     torch.manual_seed(3)
     adapter = TargetAdapter(target)
@@ -125,7 +125,7 @@ def _medusa(target, tree: bool, static: bool = False):
     CUDA graph captures (run eagerly off CUDA)."""
     from draftzoo.architectures.medusa import MedusaConfig, build_medusa
     from draftzoo.architectures.target import TargetAdapter
-    from draftzoo.inference.medusa import MedusaProposer, MedusaTree
+    from draftzoo.inference.proposers.medusa import MedusaProposer, MedusaTree
 
     torch.manual_seed(5)
     adapter = TargetAdapter(target)
@@ -150,7 +150,7 @@ def _mtp(target, static: bool = False):
     the buffers a CUDA graph captures (run eagerly off CUDA)."""
     from draftzoo.architectures.mtp import MtpConfig, build_mtp
     from draftzoo.architectures.target import TargetAdapter
-    from draftzoo.inference.mtp import MtpProposer
+    from draftzoo.inference.proposers.mtp import MtpProposer
 
     torch.manual_seed(4)
     drafter = build_mtp(MtpConfig(depth=2), TargetAdapter(target)).eval()

@@ -16,9 +16,9 @@ from draftzoo.architectures.drafter_io import DrafterError
 from draftzoo.architectures.lora_adapter import AdapterError, LoraSpec, attach_lora
 from draftzoo.inference.generate import SpeculativeGenerator
 from draftzoo.inference.load import load_drafter
-from draftzoo.inference.medusa import MedusaTree
 from draftzoo.inference.proposal_settings import from_name
-from draftzoo.inference.proposers import ProposerError
+from draftzoo.inference.proposer import ProposerError
+from draftzoo.inference.proposers.medusa import MedusaTree
 from draftzoo.inference.sampling import SamplingParams
 from tests.inference.helpers import PROMPTS
 from tests.train.helpers import tiny_medusa2_recipe, write_chat_jsonl

@@ -11,12 +11,12 @@ import torch
 import draftzoo
 from draftzoo.inference.batch import BatchGenerator
 from draftzoo.inference.cache_settings import CacheSettings
-from draftzoo.inference.eagle import TreeSettings
 from draftzoo.inference.generate import SpeculativeGenerator
 from draftzoo.inference.load import load_drafter
-from draftzoo.inference.medusa import MedusaProposer, MedusaTree
 from draftzoo.inference.proposal_settings import from_name
-from draftzoo.inference.proposers import ProposerError
+from draftzoo.inference.proposer import ProposerError
+from draftzoo.inference.proposers.eagle import TreeSettings
+from draftzoo.inference.proposers.medusa import MedusaProposer, MedusaTree
 from draftzoo.inference.sampling import SamplingParams
 from tests.inference.helpers import PROMPTS, assert_reads_per_round
 from tests.train.helpers import tiny_medusa_recipe, write_chat_jsonl

@@ -16,8 +16,8 @@ from draftzoo.architectures.mtp_export import check_convention, serving_note
 from draftzoo.architectures.target import TargetAdapter
 from draftzoo.inference.generate import SpeculativeGenerator, fused_states
 from draftzoo.inference.load import load_drafter
-from draftzoo.inference.mtp import MtpProposer
 from draftzoo.inference.proposal_settings import from_name
+from draftzoo.inference.proposers.mtp import MtpProposer
 from draftzoo.inference.sampling import SamplingParams
 from draftzoo.train.mtp import run
 from tests.inference.helpers import PROMPTS

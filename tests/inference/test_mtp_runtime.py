@@ -13,9 +13,9 @@ from draftzoo.inference.batch import BatchGenerator
 from draftzoo.inference.cache_settings import CacheSettings
 from draftzoo.inference.generate import SpeculativeGenerator, fused_states
 from draftzoo.inference.load import load_drafter
-from draftzoo.inference.mtp import MtpProposer
 from draftzoo.inference.proposal_settings import from_name
-from draftzoo.inference.proposers import ProposerError
+from draftzoo.inference.proposer import ProposerError
+from draftzoo.inference.proposers.mtp import MtpProposer
 from draftzoo.inference.sampling import SamplingParams
 from draftzoo.train.mtp import run
 from tests.inference.helpers import PROMPTS, RecordingProposer, assert_reads_per_round
@@ -62,7 +62,7 @@ def test_static_modules_propose_what_the_growing_cache_proposes(
     eagerly off CUDA) — draft the growing cache's chains in every round, past the modules
     too (chains of 4 from 1 or 2 modules); the growing buffers enlarged many times (8 slots
     at a time) on the way."""
-    from draftzoo.inference.mtp_slots import ModuleSlots
+    from draftzoo.inference.proposers.mtp_slots import ModuleSlots
 
     monkeypatch.setattr(ModuleSlots, "GROW", 8)
     model, tokenizer = target_and_tokenizer

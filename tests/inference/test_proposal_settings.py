@@ -15,9 +15,7 @@ from draftzoo.architectures.zoo_index import ZooIndex, builtin_zoo_dir
 from draftzoo.cli import build_parser, main
 from draftzoo.eval.machine_load import unreliable_sentence
 from draftzoo.eval.runner import EvalConfig
-from draftzoo.inference.hybrid_rule import HybridSettings
 from draftzoo.inference.model_free import model_free_specs, register, unregister
-from draftzoo.inference.position_tree import PositionTree
 from draftzoo.inference.proposal_settings import (
     KINDS,
     OWN_TREE,
@@ -30,6 +28,8 @@ from draftzoo.inference.proposal_settings import (
     to_flags,
     tree_kind_of,
 )
+from draftzoo.inference.proposers.hybrid_rule import HybridSettings
+from draftzoo.inference.proposers.position_tree import PositionTree
 from draftzoo.inference.tree import TreeSettings
 from tests.toy_proposer.repeat_last import MODEL_FREE_SPEC as REPEAT_LAST
 

@@ -3,8 +3,9 @@ import torch
 
 from draftzoo.inference.acceptance import accept, accept_greedy
 from draftzoo.inference.generate import GenerationError, SpeculativeGenerator
-from draftzoo.inference.prompt_lookup import PromptLookupProposer
-from draftzoo.inference.proposers import DraftModelProposer, ProposerError
+from draftzoo.inference.proposer import ProposerError
+from draftzoo.inference.proposers.draft_lm import DraftModelProposer
+from draftzoo.inference.proposers.prompt_lookup import PromptLookupProposer
 from draftzoo.inference.sampling import SamplingParams
 from draftzoo.inference.tree import Proposal, tree_layout
 from tests.inference.helpers import TopKTreeProposer, count_host_reads, perturbed_copy

@@ -9,8 +9,8 @@ import torch
 
 from draftzoo.inference.cache_settings import CacheSettings
 from draftzoo.inference.generate import GenerationError, SpeculativeGenerator
-from draftzoo.inference.prompt_lookup import PromptLookupProposer
-from draftzoo.inference.proposers import DraftModelProposer
+from draftzoo.inference.proposers.draft_lm import DraftModelProposer
+from draftzoo.inference.proposers.prompt_lookup import PromptLookupProposer
 from draftzoo.inference.sampling import SamplingParams
 from draftzoo.inference.static_forward import StaticForward
 from tests.inference.helpers import TopKTreeProposer, assert_reads_per_round, perturbed_copy

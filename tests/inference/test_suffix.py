@@ -12,14 +12,14 @@ import pytest
 from draftzoo.inference.batch import BatchGenerator
 from draftzoo.inference.errors import GenerationError
 from draftzoo.inference.generate import SpeculativeGenerator
-from draftzoo.inference.sampling import SamplingParams
-from draftzoo.inference.suffix import (
+from draftzoo.inference.proposers.suffix import (
     SuffixCache,
     SuffixProposer,
     SuffixSettings,
     SuffixTrie,
     speculate,
 )
+from draftzoo.inference.sampling import SamplingParams
 from tests.inference.helpers import PROMPTS
 from tests.inference.test_lossless_sampling import (
     PARAMS,
@@ -184,7 +184,7 @@ def test_bad_settings_are_refused_in_one_line(capsys):
 
 def test_each_measured_pass_starts_from_an_empty_global_cache():
     from draftzoo.inference.proposal_settings import from_name
-    from draftzoo.inference.suffix_decoding import suffix_runtime
+    from draftzoo.inference.proposers.suffix_decoding import suffix_runtime
 
     runtime = suffix_runtime(SuffixSettings(), from_name("tree", 4))
     proposer = runtime.make_proposer()

@@ -9,9 +9,9 @@ import os
 import pytest
 
 from draftzoo.inference.generate import SpeculativeGenerator
+from draftzoo.inference.proposers.suffix import SuffixProposer
+from draftzoo.inference.proposers.suffix_store import SuffixCacheFile, SuffixCacheFileError
 from draftzoo.inference.sampling import SamplingParams
-from draftzoo.inference.suffix import SuffixProposer
-from draftzoo.inference.suffix_store import SuffixCacheFile, SuffixCacheFileError
 from tests.inference.helpers import PROMPTS
 
 

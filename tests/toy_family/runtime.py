@@ -8,7 +8,7 @@ import torch
 
 from draftzoo.architectures.target import TargetAdapter
 from draftzoo.inference.drafter_request import DrafterRequest, LoadedDrafter
-from draftzoo.inference.proposers import Proposer
+from draftzoo.inference.proposer import Proposer
 from draftzoo.inference.sampling import probabilities, sample
 from draftzoo.inference.tree import Proposal
 

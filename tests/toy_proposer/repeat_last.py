@@ -10,7 +10,7 @@ from torch import nn
 from draftzoo.inference.drafter_runtime import DrafterRuntime
 from draftzoo.inference.model_free import ModelFreeSpec
 from draftzoo.inference.proposal_settings import ProposalSettings
-from draftzoo.inference.proposers import Proposer, ProposerError
+from draftzoo.inference.proposer import Proposer, ProposerError
 from draftzoo.inference.setting_flag import SettingFlag
 from draftzoo.inference.tree import Proposal
 

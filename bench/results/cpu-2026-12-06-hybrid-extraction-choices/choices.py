@@ -14,14 +14,14 @@ from dataclasses import replace
 
 import torch
 
-import draftzoo.inference.hybrid as hybrid_module
+import draftzoo.inference.proposers.hybrid as hybrid_module
 from draftzoo.architectures.zoo_index import resolve_drafter
 from draftzoo.eval.runner import EvalConfig, load_prompts
 from draftzoo.inference.generate import SpeculativeGenerator
-from draftzoo.inference.hybrid_rule import HybridSettings
 from draftzoo.inference.load import load_drafter, load_target
-from draftzoo.inference.prompt_lookup import prompt_lookup_runtime
 from draftzoo.inference.proposal_settings import ProposalSettings
+from draftzoo.inference.proposers.hybrid_rule import HybridSettings
+from draftzoo.inference.proposers.prompt_lookup import prompt_lookup_runtime
 from draftzoo.inference.sampling import SamplingParams
 
 ROUNDS: list[tuple[str, list[str]]] = []  # (choice, the sources offered) of each round

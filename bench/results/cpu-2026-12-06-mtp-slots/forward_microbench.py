@@ -16,8 +16,8 @@ from draftzoo.architectures.zoo_index import resolve_drafter
 from draftzoo.inference.cache_settings import GROWING
 from draftzoo.inference.kv_cache import _layers
 from draftzoo.inference.load import load_target
-from draftzoo.inference.mtp import MtpProposer
-from draftzoo.inference.mtp_slots import ModuleSlots
+from draftzoo.inference.proposers.mtp import MtpProposer
+from draftzoo.inference.proposers.mtp_slots import ModuleSlots
 
 CACHED, REPS = 290, 200
 

@@ -28,15 +28,15 @@ from pathlib import Path
 
 import torch
 
-from ..architectures.mtp import MtpDrafter, load_mtp
-from ..architectures.target import TargetAdapter
-from .cache_settings import GROWING, CacheSettings
-from .drafter_request import DrafterRequest, LoadedDrafter
+from ...architectures.mtp import MtpDrafter, load_mtp
+from ...architectures.target import TargetAdapter
+from ..cache_settings import GROWING, CacheSettings
+from ..drafter_request import DrafterRequest, LoadedDrafter
+from ..proposer import Proposer
+from ..sampling import SamplingParams, gumbel_argmax, probabilities
+from ..transfer import to_device
+from ..tree import Proposal
 from .mtp_slots import ModuleSlots
-from .proposers import Proposer
-from .sampling import SamplingParams, gumbel_argmax, probabilities
-from .transfer import to_device
-from .tree import Proposal
 
 
 class MtpProposer(Proposer):

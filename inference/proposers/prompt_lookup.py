@@ -9,12 +9,12 @@ from pathlib import Path
 
 from torch import nn
 
-from .drafter_runtime import DrafterRuntime
-from .model_free import ModelFreeSpec
-from .proposal_settings import ProposalSettings
-from .proposers import Proposer, ProposerError
-from .setting_flag import SettingFlag
-from .tree import Proposal
+from ..drafter_runtime import DrafterRuntime
+from ..model_free import ModelFreeSpec
+from ..proposal_settings import ProposalSettings
+from ..proposer import Proposer, ProposerError
+from ..setting_flag import SettingFlag
+from ..tree import Proposal
 
 #: the family name prompt lookup's reports carry
 PROMPT_LOOKUP = "prompt_lookup"
@@ -97,8 +97,8 @@ MODEL_FREE_SPEC = ModelFreeSpec(
     display_name="prompt lookup",
     flag="--prompt-lookup",
     help="n-gram prompt lookup: copy what followed the context's last n-gram earlier (no model)",
-    settings="draftzoo.inference.prompt_lookup:PromptLookupSettings",
-    runtime="draftzoo.inference.prompt_lookup:prompt_lookup_runtime",
+    settings="draftzoo.inference.proposers.prompt_lookup:PromptLookupSettings",
+    runtime="draftzoo.inference.proposers.prompt_lookup:prompt_lookup_runtime",
     options=(
         SettingFlag(
             "--min-ngram", "min_ngram", int, f"prompt lookup: shortest n-gram ({MIN_NGRAM})"

@@ -1,61 +1,64 @@
-"""Proposers: where draft tokens come from. Each returns a `Proposal` (chain or tree)."""
+"""The draft-LM family's runtime: a small causal LM on the target's tokenizer drafts chains
+(`DraftModelProposer`)."""
 
 from __future__ import annotations
 
 import logging
-from typing import Protocol
 
 import torch
 
-from ..architectures.errors import DraftzooError
-from .cache_settings import GROWING, CacheSettings
-from .growing_forward import GrowingForward
-from .sampling import SamplingParams, is_distribution, probabilities, sample
-from .static_forward import StaticForward
-from .transfer import to_device
-from .tree import Proposal
+from ...architectures.drafter_files import DrafterFiles, opened
+from ...architectures.drafter_io import DrafterError
+from ...architectures.safe_load import load_tokenizer
+from ...architectures.target import TargetAdapter
+from ..cache_settings import GROWING, CacheSettings
+from ..drafter_request import DrafterRequest, LoadedDrafter
+from ..growing_forward import GrowingForward
+from ..proposer import Proposer, ProposerError
+from ..sampling import is_distribution, probabilities, sample
+from ..static_forward import StaticForward
+from ..transfer import to_device
+from ..tree import Proposal
 
 logger = logging.getLogger(__name__)
 
 
-class ProposerError(DraftzooError, ValueError):
-    """A proposer that cannot serve this target."""
+def load_runtime(folder, record: dict, target, tokenizer, request: DrafterRequest):
+    """A draft LM sharing the target's tokenizer, loaded for `target` (the draft-LM family's
+    `runtime`; chains only), built from the files the front door read."""
+    files = opened(folder, request.files)
+    files.check_target(TargetAdapter(target, tokenizer).fingerprint())
+    if not vocabularies_match(load_tokenizer(folder), tokenizer):
+        raise ProposerError(f"drafter {folder} does not share the target's tokenizer")
+    draft = causal_lm(files, target.dtype).to(next(target.parameters()).device).eval()
+
+    def make() -> Proposer:
+        return DraftModelProposer(draft, None, None, request.cache)
+
+    return LoadedDrafter(draft, make)
 
 
-class Proposer(Protocol):
-    """Anything that drafts tokens after `context` (all committed tokens, prompt included).
+def causal_lm(files: DrafterFiles, dtype):
+    """The transformers causal LM whose config and weights `files` hold (its own classes only:
+    a config naming code of its own is refused by transformers without trust_remote_code)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
 
-    These are every call the generate loops make. A class that subclasses `Proposer` inherits
-    the defaults below (reads no target states, keeps no cache) and only writes `propose`.
-    """
-
-    #: HF hidden-state indices of the target the proposer reads; empty: none
-    target_layers: tuple[int, ...] = ()
-
-    def propose(
-        self,
-        context: list[int],
-        max_tokens: int,
-        params: SamplingParams,
-        generator: torch.Generator | None,
-    ) -> Proposal:
-        """A chain or tree of at most `max_tokens` draft tokens on one path."""
-        ...
-
-    def reset(self) -> None:
-        """Forget the previous request (called before each one)."""
-
-    def observe(self, states: torch.Tensor) -> None:
-        """Target states [n, k*h] (the `target_layers`, concatenated) of the next n committed
-        positions; called only when `target_layers` is not empty."""
-
-    def cache_nbytes(self) -> int:
-        """Bytes of the proposer's own cache, for the memory figures."""
-        return 0
-
-    def finish(self, token_ids: list[int]) -> None:
-        """The request is done: its every token, prompt and output (proposers that learn
-        across requests keep what they need)."""
+    fields = files.json()
+    model_type = fields.pop("model_type", None)
+    if not isinstance(model_type, str):
+        raise DrafterError(f"{files.folder}/config.json names no transformers model_type")
+    config = AutoConfig.for_model(model_type, **fields)
+    model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    loaded = model.load_state_dict(files.weights(), strict=False)
+    tied = set(getattr(model, "_tied_weights_keys", None) or ())
+    missing = [key for key in loaded.missing_keys if key not in tied]
+    if missing or loaded.unexpected_keys:
+        raise DrafterError(
+            f"{files.folder}: weights do not match its config (missing {missing[:4]}, "
+            f"unexpected {loaded.unexpected_keys[:4]})"
+        )
+    model.tie_weights()
+    return model
 
 
 def vocabularies_match(draft_tokenizer, target_tokenizer) -> bool:

@@ -12,9 +12,9 @@ Greedy drafts are each slot's argmax. At T > 0 each slot's draft is sampled from
 own q (which does not depend on the earlier drafts, so every draft is distributed as the q
 returned with it) and accepted by the usual rejection test: lossless. Since no slot's q depends
 on the tokens drafted before it, the same forward also drafts a static tree over the slots'
-top-k candidates (`PositionTree`, as Medusa's heads do; inference/position_tree.py): at T = 0
-ranked, at T > 0 i.i.d. draws from each slot's q, recursive rejection over siblings keeping the
-output distributed as the target's.
+top-k candidates (`PositionTree`, as Medusa's heads do; position_tree.py): at T = 0 ranked,
+at T > 0 i.i.d. draws from each slot's q, recursive rejection over siblings keeping the output
+distributed as the target's.
 
 The context entries live in buffers indexed by position (`ContextEntries`), growing with the
 context or preallocated for a static `cache`'s `max_length` positions: one code path. Eagerly
@@ -28,17 +28,17 @@ from pathlib import Path
 
 import torch
 
-from ..architectures.dflash import DflashDrafter, load_dflash
-from ..architectures.target import TargetAdapter
-from .cache_settings import GROWING, CacheSettings
-from .drafter_request import DrafterRequest, LoadedDrafter
-from .errors import GenerationError
-from .graphs import CapturedCall, use_cuda_graphs
+from ...architectures.dflash import DflashDrafter, load_dflash
+from ...architectures.target import TargetAdapter
+from ..cache_settings import GROWING, CacheSettings
+from ..drafter_request import DrafterRequest, LoadedDrafter
+from ..errors import GenerationError
+from ..graphs import CapturedCall, use_cuda_graphs
+from ..proposer import Proposer, ProposerError
+from ..sampling import SamplingParams
+from ..transfer import to_device
+from ..tree import Proposal
 from .position_tree import PositionTree, TreeDraw, resolve_position_tree
-from .proposers import Proposer, ProposerError
-from .sampling import SamplingParams
-from .transfer import to_device
-from .tree import Proposal
 
 
 class ContextEntries:

@@ -15,8 +15,8 @@ import json
 import os
 from pathlib import Path
 
-from ..architectures.output_folders import write_text_atomically
-from .errors import GenerationError
+from ...architectures.output_folders import write_text_atomically
+from ..errors import GenerationError
 from .suffix import SuffixCache, SuffixSettings
 
 #: what the file says it is
@@ -29,7 +29,7 @@ class SuffixCacheFileError(GenerationError):
 
 
 def _tokenizer_id(tokenizer) -> str:
-    from ..architectures.target import tokenizer_hash
+    from ...architectures.target import tokenizer_hash
 
     return tokenizer_hash(tokenizer)
 

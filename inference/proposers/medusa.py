@@ -22,19 +22,19 @@ from pathlib import Path
 
 import torch
 
-from ..architectures.families import family_spec
-from ..architectures.lora_adapter import adapter_dir, merge_adapter
-from ..architectures.medusa import MedusaHeads, load_medusa
-from ..architectures.target import TargetAdapter
-from .cache_settings import GROWING, CacheSettings
-from .drafter_request import DrafterRequest, LoadedDrafter
-from .graphs import CapturedCall, use_cuda_graphs
+from ...architectures.families import family_spec
+from ...architectures.lora_adapter import adapter_dir, merge_adapter
+from ...architectures.medusa import MedusaHeads, load_medusa
+from ...architectures.target import TargetAdapter
+from ..cache_settings import GROWING, CacheSettings
+from ..drafter_request import DrafterRequest, LoadedDrafter
+from ..graphs import CapturedCall, use_cuda_graphs
+from ..proposer import Proposer, ProposerError
+from ..sampling import SamplingParams
+from ..tree import Proposal
 from .position_tree import PositionTree, TreeDraw, resolve_position_tree
-from .proposers import Proposer, ProposerError
-from .sampling import SamplingParams
-from .tree import Proposal
 
-#: Medusa's static tree is the shared per-position tree (inference/position_tree.py)
+#: Medusa's static tree is the shared per-position tree (inference/proposers/position_tree.py)
 MedusaTree = PositionTree
 
 

@@ -20,10 +20,10 @@ from typing import Any, ClassVar
 
 import torch
 
-from ..architectures.tree_search import calibrated_choices, estimated_acceptance
-from .sampling import SamplingParams, gumbel_pick, probabilities
-from .setting_flag import SettingFlag
-from .tree import Proposal
+from ...architectures.tree_search import calibrated_choices, estimated_acceptance
+from ..sampling import SamplingParams, gumbel_pick, probabilities
+from ..setting_flag import SettingFlag
+from ..tree import Proposal
 
 #: a sparse 16-node tree 4 positions deep: wide near the root, one path deep
 DEFAULT_CHOICES: tuple[tuple[int, ...], ...] = (

@@ -27,12 +27,12 @@ from __future__ import annotations
 
 import torch
 
-from ..architectures.eagle import EagleDrafter
-from .cache_settings import CacheSettings
-from .errors import GenerationError
-from .graphs import CapturedCall, use_cuda_graphs
-from .sampling import SamplingParams, gumbel_pick, probabilities
-from .tree import TreeSettings, tree_layout
+from ...architectures.eagle import EagleDrafter
+from ..cache_settings import CacheSettings
+from ..errors import GenerationError
+from ..graphs import CapturedCall, use_cuda_graphs
+from ..sampling import SamplingParams, gumbel_pick, probabilities
+from ..tree import TreeSettings, tree_layout
 
 
 class SlotDraftCache:

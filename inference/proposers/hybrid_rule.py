@@ -16,9 +16,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, fields
 
-from .errors import GenerationError
+from ..errors import GenerationError
+from ..tree import Proposal
 from .suffix import SuffixSettings
-from .tree import Proposal
 
 #: the rule's choices, as counted in `HybridProposer.choices` ("none": a plain decoding step)
 CHOICES = ("lookup", "suffix", "both", "drafter", "none")

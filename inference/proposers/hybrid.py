@@ -37,6 +37,9 @@ from dataclasses import dataclass
 
 import torch
 
+from ..proposer import Proposer
+from ..sampling import SamplingParams
+from ..tree import Proposal
 from .hybrid_rule import (
     CLIP_SECONDS,
     DRAFTED,
@@ -50,10 +53,7 @@ from .hybrid_rule import (
     choose,
 )
 from .prompt_lookup import lookup_match
-from .proposers import Proposer
-from .sampling import SamplingParams
 from .suffix import SuffixCache, SuffixProposer
-from .tree import Proposal
 
 __all__ = ["HybridProposer", "HybridSettings", "accepted_nodes", "merge"]
 

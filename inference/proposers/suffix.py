@@ -34,10 +34,10 @@ from typing import Any, ClassVar
 
 import torch
 
-from .errors import GenerationError
-from .proposers import Proposer
-from .sampling import SamplingParams
-from .tree import Proposal
+from ..errors import GenerationError
+from ..proposer import Proposer
+from ..sampling import SamplingParams
+from ..tree import Proposal
 
 
 @dataclass(frozen=True)

@@ -18,11 +18,11 @@ import copy
 
 import torch
 
-from ..architectures.mtp import MtpDrafter
-from .cache_settings import CacheSettings
-from .errors import GenerationError
-from .graphs import CapturedCall, use_cuda_graphs
-from .slot_cache import RowSlots, grow_slot_cache, slot_cache, static_nbytes
+from ...architectures.mtp import MtpDrafter
+from ..cache_settings import CacheSettings
+from ..errors import GenerationError
+from ..graphs import CapturedCall, use_cuda_graphs
+from ..slot_cache import RowSlots, grow_slot_cache, slot_cache, static_nbytes
 
 
 class ModuleSlots:

@@ -32,15 +32,15 @@ from pathlib import Path
 
 import torch
 
-from ..architectures.eagle import EagleDrafter, load_eagle
-from ..architectures.target import TargetAdapter
-from .cache_settings import GROWING, CacheSettings
-from .drafter_request import DrafterRequest, LoadedDrafter
+from ...architectures.eagle import EagleDrafter, load_eagle
+from ...architectures.target import TargetAdapter
+from ..cache_settings import GROWING, CacheSettings
+from ..drafter_request import DrafterRequest, LoadedDrafter
+from ..proposer import Proposer
+from ..sampling import SamplingParams, is_distribution, probabilities
+from ..transfer import to_device
+from ..tree import Proposal, TreeSettings
 from .eagle_slots import EagleSlots
-from .proposers import Proposer
-from .sampling import SamplingParams, is_distribution, probabilities
-from .transfer import to_device
-from .tree import Proposal, TreeSettings
 
 
 class EagleProposer(Proposer):

@@ -1,5 +1,5 @@
-"""Suffix decoding as a model-free proposer (the algorithm: inference/suffix.py; the cache kept
-in a file: inference/suffix_store.py): this file and one line in
+"""Suffix decoding as a model-free proposer (the algorithm: suffix.py; the cache kept in a file:
+suffix_store.py): this file and one line in
 `model_free.MODEL_FREE_MODULES`."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ from pathlib import Path
 
 from torch import nn
 
-from .drafter_runtime import DrafterRuntime
-from .model_free import ModelFreeSpec
-from .proposal_settings import ProposalSettings
-from .proposers import Proposer
-from .setting_flag import SettingFlag
+from ..drafter_runtime import DrafterRuntime
+from ..model_free import ModelFreeSpec
+from ..proposal_settings import ProposalSettings
+from ..proposer import Proposer
+from ..setting_flag import SettingFlag
 from .suffix import SuffixCache, SuffixProposer, SuffixSettings
 from .suffix_store import global_cache
 
@@ -49,8 +49,8 @@ MODEL_FREE_SPEC = ModelFreeSpec(
     display_name="suffix decoding",
     flag="--suffix",
     help="suffix decoding: continuations the text repeats (no model; --tree: trees of them)",
-    settings="draftzoo.inference.suffix:SuffixSettings",
-    runtime="draftzoo.inference.suffix_decoding:suffix_runtime",
+    settings="draftzoo.inference.proposers.suffix:SuffixSettings",
+    runtime="draftzoo.inference.proposers.suffix_decoding:suffix_runtime",
     options=(
         SettingFlag(
             "--suffix-depth", "depth", int, "suffix decoding: longest substring counted (32)"
@@ -67,5 +67,5 @@ MODEL_FREE_SPEC = ModelFreeSpec(
             in_eval=False,
         ),
     ),
-    tree_kind="draftzoo.inference.suffix:SuffixSettings",
+    tree_kind="draftzoo.inference.proposers.suffix:SuffixSettings",
 )
