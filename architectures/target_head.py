@@ -30,8 +30,9 @@ def register_vocab_map(module: nn.Module, vocab: int, draft_vocab: int) -> None:
 
 
 def install_vocab_map(module: nn.Module, d2t: torch.Tensor, t2d: torch.Tensor) -> None:
-    """Give `module` (whose `fields` hold `vocab_size`) the draft vocabulary `d2t`/`t2d`: its
-    buffers, registered or overwritten, and `fields["draft_vocab_size"]`."""
+    """Give `module` (whose `fields` hold `vocab_size`; its `head` a `TargetHead` once attached)
+    the draft vocabulary `d2t`/`t2d`: its buffers, registered or overwritten,
+    `fields["draft_vocab_size"]`, and a head drafting over those rows."""
     vocab = module.fields["vocab_size"]
     check_vocab_map(d2t, t2d, vocab, type(module).__name__)
     device = next(module.parameters()).device
@@ -40,6 +41,8 @@ def install_vocab_map(module: nn.Module, d2t: torch.Tensor, t2d: torch.Tensor) -
     module.d2t.copy_(d2t.to(device))
     module.t2d.copy_(t2d.to(device))
     module.fields["draft_vocab_size"] = len(d2t)
+    if getattr(module, "head", None) is not None:  # not a submodule: never saved
+        object.__setattr__(module, "head", TargetHead(module.head.lm_head, module.d2t))
 
 
 def kept_ids(d2t: torch.Tensor) -> torch.Tensor:

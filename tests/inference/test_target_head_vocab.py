@@ -204,3 +204,24 @@ def test_the_note_names_a_trained_head_and_nothing_for_a_whole_vocabulary():
     assert "over 10 of" in draft_vocabulary_note(medusa, {})[0]
     assert draft_vocabulary_note({"vocab_size": 1000, "draft_vocab_size": 1000}, {}) == []
     assert draft_vocabulary_note({"vocab_size": 1000}, {}) == []
+
+
+def test_a_map_installed_on_an_attached_drafter_drafts_over_it(testbed_tiny):
+    """What export installs leaves the module consistent: its head drafts over the map at
+    once (its ids and its logits agree), as the loaded drafter does."""
+    from transformers import AutoModelForCausalLM
+
+    from draftzoo.architectures.mtp import MtpConfig, build_mtp
+    from draftzoo.architectures.target import TargetAdapter
+    from draftzoo.architectures.target_head import install_vocab_map
+    from draftzoo.data.draft_vocab import build_vocab_map
+
+    model = AutoModelForCausalLM.from_pretrained(testbed_tiny[0], dtype=torch.float32)
+    drafter = build_mtp(MtpConfig(), TargetAdapter(model))
+    vocab = model.config.vocab_size
+    d2t, t2d = build_vocab_map(torch.arange(vocab, 0, -1), 16)
+    install_vocab_map(drafter, d2t, t2d)
+    logits = drafter.logits(torch.randn(3, model.config.hidden_size))
+    assert drafter.fields["draft_vocab_size"] == 16
+    assert torch.isfinite(logits).sum(-1).tolist() == [16, 16, 16]
+    assert bool(torch.isfinite(logits[:, :16]).all())  # the 16 most frequent: the lowest ids
