@@ -66,9 +66,12 @@ from draftzoo.inference.sampling import SamplingParams
 from draftzoo.train.testbed import committed_testbed_dir
 
 
-def build_methods(args, target, tokenizer) -> dict[str, SpeculativeGenerator]:
-    """One generator per method (None proposer = target-only)."""
-    static = {"cache": CacheSettings(static=args.static)}
+def build_methods(
+    args, target, tokenizer, cpu_kernels: bool | None = None
+) -> dict[str, SpeculativeGenerator]:
+    """One generator per method (None proposer = target-only); `cpu_kernels` as
+    `CacheSettings` takes it (None: where they apply)."""
+    static = {"cache": CacheSettings(static=args.static, cpu_kernels=cpu_kernels)}
     methods = {"target-only": SpeculativeGenerator(target, tokenizer, **static)}
     if args.draft_lm:
         draft = AutoModelForCausalLM.from_pretrained(args.draft_lm, dtype=torch.float32)
@@ -224,6 +227,11 @@ def _parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--static", action="store_true", help="preallocated caches (CUDA graphs on cuda)"
     )
+    parser.add_argument(
+        "--compare-kernels",
+        action="store_true",
+        help="also every method on the stock kernels, rows '(stock)' (inference/cpu_kernels.py)",
+    )
     return parser.parse_args()
 
 
@@ -231,6 +239,9 @@ def main() -> None:
     args = _parse_args()
     tokenizer, target = load_target(args.target, args.device, args.threads)
     methods = build_methods(args, target, tokenizer)
+    if args.compare_kernels:  # every method again on the stock kernels, target-only aside
+        stock = build_methods(args, target, tokenizer, cpu_kernels=False)
+        methods.update({f"{k} (stock)": v for k, v in stock.items() if k != "target-only"})
     sets = tuple(args.prompt_set or ["humaneval"])
     config = EvalConfig(sets, max_prompts=args.prompts, heldout_from=tuple(args.heldout_from))
     prompts = [p.render(tokenizer, chat=True) for p in load_prompts(config)]

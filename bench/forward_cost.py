@@ -12,7 +12,9 @@ warm-up, synchronised.
 `--widths 1 5 13 61` adds what a verification forward of w tokens costs on a growing cache
 (`GrowingForward`, eager, as the CPU runtime verifies), for a chain and for a tree of the same
 size (explicit ancestor mask and depth positions), and its ratio to one token: a round of w
-tokens pays off only when tau exceeds that ratio plus the drafting's share.
+tokens pays off only when tau exceeds that ratio plus the drafting's share. On a float32 CPU
+target the runtime verifies on its CPU kernels (`inference/cpu_kernels.py`); `--compare-kernels`
+prints the stock kernels' costs beside them, alternating within each width.
 """
 
 from __future__ import annotations
@@ -57,6 +59,9 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--widths", type=int, nargs="*", default=[], help="verification widths")
+    parser.add_argument(
+        "--compare-kernels", action="store_true", help="the stock kernels' costs beside them"
+    )
     args = parser.parse_args()
     device = torch.device(args.device)
     _, target = load_target(args.target, args.device)  # a path, or a name such as
@@ -102,18 +107,24 @@ def main() -> None:
     for label, ms in rows.items():
         print(f"{label:42} {ms:8.3f}")
     if args.widths:
-        verification_costs(target, prefix, args.widths, args.steps, device)
+        kernels = CacheSettings().kernels_for(target)
+        sides = {"runtime": kernels}
+        if args.compare_kernels and kernels is not None:
+            sides["stock"] = None
+        verification_costs(target, prefix, args.widths, args.steps, device, sides)
 
 
-def verification_costs(target, prefix, widths: list[int], steps: int, device) -> None:
-    """Eager verification forwards of w tokens after the 200-token prefix: chain and tree."""
+def verification_costs(target, prefix, widths: list[int], steps: int, device, sides) -> None:
+    """Eager verification forwards of w tokens after the 200-token prefix, chain and tree, on
+    each of `sides` ({label: CpuKernels or None})."""
     ids = torch.randint(0, target.config.vocab_size, (1, max(widths)), device=device)
-    forward = GrowingForward(target)
-    forward.reset(1)
-    forward.forward(prefix, None, None)
-    forward.commit([list(range(prefix.shape[1]))])
+    forwards = {label: GrowingForward(target, kernels) for label, kernels in sides.items()}
+    for forward in forwards.values():
+        forward.reset(1)
+        forward.forward(prefix, None, None, all_logits=False)
+        forward.commit([list(range(prefix.shape[1]))])
 
-    def verify(width: int, tree: bool):
+    def verify(forward, width: int, tree: bool):
         nodes = width - 1
         if tree:  # a binary tree under the root (for w <= 2 it is a chain)
             proposal = Proposal([0] * nodes, [i // 2 - 1 for i in range(nodes)])
@@ -125,16 +136,23 @@ def verification_costs(target, prefix, widths: list[int], steps: int, device) ->
 
         def step():
             forward.forward(ids[:, :width], depths, ancestors)
-            forward.rollback([200])
+            forward.rollback([prefix.shape[1]])
 
         return _mean_ms(step, steps, device)
 
-    one = verify(1, tree=False)
+    one = {label: verify(forward, 1, tree=False) for label, forward in forwards.items()}
     print("\nverification forward of w tokens, eager, growing cache (ms; x = ratio to w = 1)")
-    print(f"{'w':>4} {'chain':>9} {'x':>6} {'tree':>9} {'x':>6}")
+    for label, kernels in sides.items():
+        print(f"  {label}: {'CPU kernels' if kernels is not None else 'stock kernels'}")
+    print(f"{'w':>4} {'kernels':>8} {'chain':>9} {'x':>6} {'tree':>9} {'x':>6}")
     for width in widths:
-        chain, tree = verify(width, tree=False), verify(width, tree=True)
-        print(f"{width:4} {chain:9.3f} {chain / one:6.2f} {tree:9.3f} {tree / one:6.2f}")
+        for label, forward in forwards.items():
+            chain, tree = verify(forward, width, tree=False), verify(forward, width, tree=True)
+            base = one[label]
+            print(
+                f"{width:4} {label:>8} {chain:9.3f} {chain / base:6.2f} {tree:9.3f} "
+                f"{tree / base:6.2f}"
+            )
 
 
 if __name__ == "__main__":

@@ -78,7 +78,11 @@ def _generate(args: argparse.Namespace) -> int:
         model_free=model_free,
         proposal=proposal,
         device=_device(args.device),
-        cache=CacheSettings(static=args.static_cache, max_length=args.max_cache_length),
+        cache=CacheSettings(
+            static=args.static_cache,
+            max_length=args.max_cache_length,
+            cpu_kernels=False if args.stock_kernels else None,
+        ),
     )
     out = generator.generate(args.prompt, params)
     print(args.prompt + out.text)
@@ -190,6 +194,7 @@ def _eval_config(args: argparse.Namespace, proposal):
             chat=not args.raw,
             seed=args.seed,
             static_cache=args.static_cache,
+            cpu_kernels=False if args.stock_kernels else None,
             max_cache_length=args.max_cache_length,
             teacher_forced=args.teacher_forced,
             position_edges=tuple(args.position_edges),

@@ -95,6 +95,13 @@ def _add_cache_options(parser: argparse.ArgumentParser, whose: str) -> None:
         help="with --static-cache: positions each cache holds, prompt and new tokens together "
         f"(default {MAX_CACHE_LENGTH})",
     )
+    parser.add_argument(
+        "--stock-kernels",
+        action="store_true",
+        help="verify on torch's stock CPU kernels (default on a float32 CPU target with MKL: "
+        "weights packed per verification width, one more copy of them per width used, and "
+        "grouped-query attention in place)",
+    )
 
 
 def _add_overrides(parser: argparse.ArgumentParser) -> None:

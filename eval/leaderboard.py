@@ -117,6 +117,8 @@ def group_of(report: dict[str, Any]) -> str:
     )
     if cfg.get("static_cache"):
         label += "; static caches"
+    if not report.get("serving", {}).get("verification_kernels", "stock").startswith("stock"):
+        label += "; packed CPU kernels"
     if cfg.get("dtype", "float32") != "float32":
         label += f"; {cfg['dtype']} weights"
     if cfg.get("acceptance", "exact") != "exact":  # lossy rows are never ranked with exact ones

@@ -93,6 +93,10 @@ class EvalConfig:
     static_cache: bool = False
     #: with `static_cache`: positions each static cache holds (prompt and new tokens)
     max_cache_length: int = MAX_CACHE_LENGTH
+    #: verification forwards on packed weights and in-place grouped-query attention
+    #: (`inference/cpu_kernels.py`): None = where they apply (a float32 CPU target, torch
+    #: with MKL), False = torch's stock kernels; the report's `serving` says which ran
+    cpu_kernels: bool | None = None
     #: EAGLE drafters: also score the chain's acceptance per draft step, teacher-forced on the
     #: target's own continuations (`draftzoo.eval.teacher_forced`), no speculative decoding
     teacher_forced: bool = False
@@ -171,7 +175,9 @@ class EvalConfig:
     @property
     def cache(self) -> CacheSettings:
         """The KV caches both sides decode on."""
-        return CacheSettings(static=self.static_cache, max_length=self.max_cache_length)
+        return CacheSettings(
+            static=self.static_cache, max_length=self.max_cache_length, cpu_kernels=self.cpu_kernels
+        )
 
 
 @dataclass
@@ -571,6 +577,7 @@ def evaluate(
         "serving": {
             "acceptance": config.acceptance,
             "lossy": config.acceptance != "exact",
+            "verification_kernels": config.cache.kernels_note(target),
             **serving_record(drafter.settings),
         },
         "categories": sorted({p.category for p in prompts[1:]}),

@@ -90,6 +90,7 @@ class BatchGenerator:
         self.vocab_size = target.get_input_embeddings().num_embeddings
         self.max_cache_length = cache.max_length if cache.static else None
         self.cuda_graphs = use_cuda_graphs(self.device, cache.cuda_graphs)
+        self.kernels = cache.kernels_for(target)
         self._static: StaticForward | None = None
         limit = max_positions
         if self.max_cache_length is not None:
@@ -124,10 +125,12 @@ class BatchGenerator:
         """The batched forward for `rows` requests: a growing cache, or the static buffers
         (allocated again, with their graphs, only when a larger batch comes)."""
         if self.max_cache_length is None:
-            return GrowingForward(self.target)
+            return GrowingForward(self.target, self.kernels)
         if self._static is None or self._static.max_rows < rows:
             self._static = None  # free the smaller buffers first
-            self._static = StaticForward(self.target, self.max_cache_length, rows, self.cuda_graphs)
+            self._static = StaticForward(
+                self.target, self.max_cache_length, rows, self.cuda_graphs, kernels=self.kernels
+            )
         return self._static
 
     def _observe(self, captured, request: Request, row: int, slots) -> None:

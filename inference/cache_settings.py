@@ -25,12 +25,38 @@ class CacheSettings:
     static: bool = False  # buffers allocated once instead of caches that grow
     max_length: int = MAX_CACHE_LENGTH  # static: positions held, prompt and new tokens together
     cuda_graphs: bool | None = None  # static: replay forwards as graphs; None = on CUDA only
+    #: the target's verification forwards on packed weights and in-place grouped-query
+    #: attention (`cpu_kernels.py`; one more copy of the weights per width used); None = on a
+    #: float32 CPU target where torch has MKL, True = required there
+    cpu_kernels: bool | None = None
 
     def __post_init__(self) -> None:
         if self.max_length < 1:
             raise GenerationError(f"the cache length must be >= 1, got {self.max_length}")
         if self.cuda_graphs and not self.static:
             raise GenerationError("CUDA graphs replay forwards on static caches: set static too")
+
+    def kernels_note(self, target) -> str:
+        """Which kernels the target's verification forwards run on, as a report says it."""
+        from .cpu_kernels import NOTE, unavailable_reason
+
+        if self.cpu_kernels is False:
+            return "stock (asked)"
+        reason = unavailable_reason(target)
+        return NOTE if reason is None else f"stock ({reason})"
+
+    def kernels_for(self, target):
+        """The `CpuKernels` the target's verification forwards run on, or None."""
+        from .cpu_kernels import CpuKernels, unavailable_reason
+
+        if self.cpu_kernels is False:
+            return None
+        reason = unavailable_reason(target)
+        if reason is None:
+            return CpuKernels(target)
+        if self.cpu_kernels:
+            raise GenerationError(f"the CPU verification kernels were asked for, but {reason}")
+        return None
 
 
 #: the default: caches that grow with the context

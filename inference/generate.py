@@ -91,10 +91,11 @@ class SpeculativeGenerator:
         self.vocab_size = target.get_input_embeddings().num_embeddings
         #: positions a request may fill in a static cache (None: the cache grows)
         self.max_cache_length = cache.max_length if cache.static else None
+        kernels = cache.kernels_for(target)
         self.forward: GrowingForward | StaticForward = (
-            StaticForward(target, cache.max_length, 1, cache.cuda_graphs)
+            StaticForward(target, cache.max_length, 1, cache.cuda_graphs, kernels=kernels)
             if cache.static
-            else GrowingForward(target)
+            else GrowingForward(target, kernels)
         )
         self.eos_ids = eos_ids(target, tokenizer)
         #: set by `draftzoo.load`: the loaded drafter (`inference.drafter_runtime.DrafterRuntime`)

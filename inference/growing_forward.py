@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import torch
 
+from .cpu_kernels import CpuKernels
 from .kv_cache import _layers, cache_kwargs, cache_nbytes, crop, keep_tail
 from .transfer import to_device
 
@@ -30,8 +31,10 @@ def _gather(cache, rows: torch.Tensor, slots: torch.Tensor) -> None:
 class GrowingForward:
     """Forwards of `model` over a growing cache; see the module docstring."""
 
-    def __init__(self, model) -> None:
+    def __init__(self, model, kernels: CpuKernels | None = None) -> None:
+        """`kernels`: the CPU kernels its verification forwards run on (None: the stock)."""
         self.model = model.eval()
+        self.kernels = kernels
         self.device = next(model.parameters()).device
         self.cache = None
         self.lengths: list[int] = []  # committed positions of each live row
@@ -56,6 +59,12 @@ class GrowingForward:
         all_logits: bool = True,  # False: the last position's only (prefill)
     ) -> torch.Tensor:
         """Logits [R, w, vocab]."""
+        if self.kernels is not None and all_logits and input_ids.shape[1] > 1:
+            with self.kernels.active():
+                return self._forward(input_ids, depths, ancestors, all_logits)
+        return self._forward(input_ids, depths, ancestors, all_logits)
+
+    def _forward(self, input_ids, depths, ancestors, all_logits) -> torch.Tensor:
         rows, width = input_ids.shape
         self._width = self.cache.get_seq_length()
         kwargs = cache_kwargs(self.model, self.cache, not all_logits)

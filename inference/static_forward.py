@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .cpu_kernels import CpuKernels
 from .errors import GenerationError
 from .graphs import CapturedCall, use_cuda_graphs
 from .kv_cache import cache_kwargs
@@ -47,9 +48,13 @@ class StaticForward:
         max_rows: int = 1,
         cuda_graphs: bool | None = None,
         max_graph_width: int = 64,
+        kernels: CpuKernels | None = None,
     ) -> None:
+        """`kernels`: the CPU kernels its eager verification forwards run on (None: the
+        stock)."""
         parameter = next(model.parameters())
         self.model = model.eval()
+        self.kernels = kernels
         self.device, self.dtype = parameter.device, parameter.dtype
         self.use_graphs = use_cuda_graphs(self.device, cuda_graphs)
         self.max_length, self.max_rows = max_length, max_rows
@@ -100,6 +105,9 @@ class StaticForward:
         depths, ancestors = to_device(depths, self.device), to_device(ancestors, self.device)
         if not (self.use_graphs and all_logits and width <= self.max_graph_width):
             self._slots.limit = max(self.lengths) + width
+            if self.kernels is not None and all_logits and width > 1:
+                with self.kernels.active():
+                    return self._run(input_ids, lengths, depths, ancestors, all_logits)
             return self._run(input_ids, lengths, depths, ancestors, all_logits)
         shape = self._shapes.get((rows, width)) or self._capture(rows, width, captured)
         shape.input_ids.copy_(input_ids)
