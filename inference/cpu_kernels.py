@@ -99,6 +99,7 @@ class CpuKernels:
             raise ValueError(f"CPU verification kernels: {reason}")
         self.model = model
         self._packed: dict[tuple[int, int], tuple[torch.Tensor, int, int]] = {}
+        self._pads: dict[tuple, torch.Tensor] = {}
         # modules whose forward someone already replaced (hooks of accelerate, peft...) keep it
         self.linears = [
             m for m in model.modules() if type(m) is torch.nn.Linear and "forward" not in vars(m)
@@ -123,6 +124,17 @@ class CpuKernels:
             held = self._packed[(id(linear), width)] = (packed, *stamp)
         return held[0]
 
+    def _padded(self, rows: torch.Tensor, width: int) -> torch.Tensor:
+        """`rows` [r, features] in a buffer of `width` rows, zeros below (one buffer per
+        shape, shared by the layers: their calls never overlap)."""
+        key = (rows.shape[1], width, rows.dtype)
+        buffer = self._pads.get(key)
+        if buffer is None:
+            buffer = self._pads[key] = rows.new_zeros(width, rows.shape[1])
+        buffer[: len(rows)].copy_(rows)
+        buffer[len(rows) :].zero_()
+        return buffer
+
     def _linear_forward(self, linear: torch.nn.Linear):
         def forward(x: torch.Tensor) -> torch.Tensor:
             rows = math.prod(x.shape[:-1])
@@ -131,7 +143,7 @@ class CpuKernels:
                 return F.linear(x, linear.weight, linear.bias)
             flat = x.reshape(rows, x.shape[-1])
             if rows < width:
-                flat = torch.cat([flat, flat.new_zeros(width - rows, flat.shape[1])])
+                flat = self._padded(flat, width)
             packed = self._packed_weight(linear, width)
             out = torch.ops.mkl._mkl_linear(flat, packed, linear.weight, linear.bias, width)
             return out[:rows].reshape(*x.shape[:-1], out.shape[-1])
