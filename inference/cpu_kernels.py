@@ -7,11 +7,12 @@ do not (SmolLM2-135M, two cores, float32: 5 tokens cost ~1.9 one-token steps). T
 each fixed here for the target's verification forwards only (prefill and one-token steps run
 exactly as before, so target-only decoding is untouched):
 
-- **Matrix products.** `F.linear` over 2-64 rows calls MKL's general GEMM, which packs the
+- **Matrix products.** `F.linear` over 4-64 rows calls MKL's general GEMM, which packs the
   weight again on every call. MKL's packed GEMM (`torch.ops.mkl._mkl_linear`, the kernel
-  inductor's freezing uses on CPUs) packs it once: every `nn.Linear` of the target runs its
-  rows, padded with zeros to the next width of `WIDTHS`, on a copy packed for that width.
-  Each width used holds one packed copy of the weights (the model's float32 size again).
+  inductor's freezing uses on CPUs) packs it once: every `nn.Linear` of the target (of at
+  least `MIN_PACKED_ELEMENTS` weights) runs such rows, padded with zeros to the next width of
+  `WIDTHS`, on a copy packed for that width. Each width used holds one packed copy of the
+  weights (the model's float32 size again).
 - **Attention.** With a mask (every forward of more than one token over a cache),
   transformers' SDPA path copies each key/value head out to its query heads before calling
   the kernel; on a CPU the kernel takes grouped-query heads with a mask in place
@@ -35,6 +36,9 @@ import torch.nn.functional as F
 WIDTHS = (8, 16, 32, 64)
 #: fewer rows run on `F.linear`, whose GEMM takes them without repacking the weight
 MIN_PACKED_ROWS = 4
+#: smaller weights (256 KB in float32) stay on `F.linear`: they sit in the CPU's caches, where
+#: repacking them costs less than padding and a second call
+MIN_PACKED_ELEMENTS = 65_536
 
 ATTENTION = "draftzoo_cpu_sdpa"  # the attention implementation's registered name
 
@@ -102,7 +106,11 @@ class CpuKernels:
         self._pads: dict[tuple, torch.Tensor] = {}
         # modules whose forward someone already replaced (hooks of accelerate, peft...) keep it
         self.linears = [
-            m for m in model.modules() if type(m) is torch.nn.Linear and "forward" not in vars(m)
+            m
+            for m in model.modules()
+            if type(m) is torch.nn.Linear
+            and "forward" not in vars(m)
+            and m.weight.numel() >= MIN_PACKED_ELEMENTS
         ]
         self._forwards = [self._linear_forward(m) for m in self.linears]
         configs = {id(m.config): m.config for m in model.modules() if hasattr(m, "config")}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from draftzoo.inference import cpu_kernels
 from draftzoo.inference.cache_settings import CacheSettings
 from draftzoo.inference.cpu_kernels import ATTENTION, CpuKernels, unavailable_reason
 from draftzoo.inference.errors import GenerationError
@@ -19,6 +20,12 @@ pytestmark = pytest.mark.skipif(
 )
 
 PREFIX = 20
+
+
+@pytest.fixture(autouse=True)
+def _pack_every_weight(monkeypatch):
+    """The tiny models' weights are far below the size the kernels pack: pack them all."""
+    monkeypatch.setattr(cpu_kernels, "MIN_PACKED_ELEMENTS", 0)
 
 
 def _forwards(model, static: bool, kernels):
@@ -123,3 +130,22 @@ def test_the_report_says_which_kernels_verified():
     assert CacheSettings().kernels_note(half) == (
         "stock (the target's weights are torch.bfloat16, not float32)"
     )
+
+
+@torch.no_grad()
+def test_greedy_speculation_on_the_kernels_equals_target_only(tiny_target_model):
+    from draftzoo.inference.generate import SpeculativeGenerator
+    from draftzoo.inference.proposers.prompt_lookup import PromptLookupProposer
+    from draftzoo.inference.sampling import SamplingParams
+
+    model, tokenizer, _ = tiny_target_model
+    params = SamplingParams(max_new_tokens=48)
+    plain = SpeculativeGenerator(model, tokenizer, cache=CacheSettings(cpu_kernels=False))
+    lookup = PromptLookupProposer(min_ngram=1, max_ngram=3)
+    fast = SpeculativeGenerator(model, tokenizer, lookup, 6, cache=CacheSettings(cpu_kernels=True))
+    drafted = 0
+    for prompt in ("def add(a, b):\n    return", "import os\nimport sys\n\ndef main():"):
+        out = fast.generate(prompt, params)
+        assert out.token_ids == plain.generate(prompt, params).token_ids
+        drafted += out.metrics.num_drafts
+    assert drafted > 0 and fast.forward.kernels.packed_bytes() > 0
