@@ -115,10 +115,10 @@ def group_of(report: dict[str, Any]) -> str:
         f"{report['target']['name']} on {device}; {prompts}, {cfg['max_prompts']} prompts each, "
         f"{cfg['max_new_tokens']} new tokens, batch 1"
     )
-    if cfg.get("static_cache"):
-        label += "; static caches"
     if not report.get("serving", {}).get("verification_kernels", "stock").startswith("stock"):
         label += "; packed CPU kernels"
+    if cfg.get("static_cache"):
+        label += "; static caches"
     if cfg.get("dtype", "float32") != "float32":
         label += f"; {cfg['dtype']} weights"
     if cfg.get("acceptance", "exact") != "exact":  # lossy rows are never ranked with exact ones

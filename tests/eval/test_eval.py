@@ -283,6 +283,7 @@ def test_eval_command_measures_on_static_caches(tiny_drafters, testbed_tiny, tmp
     the leaderboard never ranks it with growing-cache rows."""
     from draftzoo.cli import main
     from draftzoo.eval.leaderboard import group_of
+    from draftzoo.inference.cpu_kernels import NOTE
 
     out = tmp_path / "eval"
     argv = [
@@ -305,3 +306,7 @@ def test_eval_command_measures_on_static_caches(tiny_drafters, testbed_tiny, tmp
     assert report["certificate"]["passed"]
     growing = {**report, "config": {**report["config"], "static_cache": False}}
     assert group_of(report) == group_of(growing) + "; static caches"
+    # verified on the CPU kernels (the default here): never ranked with the stock kernels' rows
+    assert report["serving"]["verification_kernels"] == NOTE
+    stock = {**report, "serving": {**report["serving"], "verification_kernels": "stock (asked)"}}
+    assert group_of(report) == group_of(stock).replace("; static", "; packed CPU kernels; static")

@@ -149,3 +149,22 @@ def test_greedy_speculation_on_the_kernels_equals_target_only(tiny_target_model)
         assert out.token_ids == plain.generate(prompt, params).token_ids
         drafted += out.metrics.num_drafts
     assert drafted > 0 and fast.forward.kernels.packed_bytes() > 0
+
+
+@pytest.mark.parametrize("stock", [False, True])
+def test_generate_builds_the_kernels_unless_told_stock(testbed_tiny, monkeypatch, capsys, stock):
+    from draftzoo.cli import main
+
+    built = []
+    real_init = CpuKernels.__init__
+
+    def counting_init(self, model):
+        built.append(model)
+        real_init(self, model)
+
+    monkeypatch.setattr(CpuKernels, "__init__", counting_init)
+    argv = ["generate", "--target", str(testbed_tiny[0]), "--prompt-lookup"]
+    argv += ["--prompt", "def add(a, b):\n", "--max-new-tokens", "8"]
+    assert main(argv + (["--stock-kernels"] if stock else [])) == 0
+    assert capsys.readouterr().out.startswith("def add(a, b):\n")
+    assert len(built) == (0 if stock else 1)
