@@ -20,6 +20,8 @@
 # ~5.3 s (bench/results/cpu-2026-12-06-eagle3-step/), so one pass ~5.4 h.
 # Settings (environment):
 #   RUNS        where the capture and drafters go (runs)
+#   CAPTURE_DTYPE  the target's weights while capturing (default: bfloat16 where the CPU
+#               multiplies it natively, float32 elsewhere; a capture resumes only in its own)
 #   STAGES      "capture train" (default both; "ablate" adds the ablation rows, "curve"
 #               evaluates every budget's drafter (tau counts tokens, not seconds: no quiet
 #               machine needed) and fits the curve, bench/scaling_curve.py)
@@ -42,9 +44,12 @@ budgets=${BUDGETS:-0.3 1 2 4 10}
 shards="$runs/smollm2-sharegpt-capture"
 data=(--set data.source=sharegpt --set data.max_length=1024 --set capture.dtype=float8_e4m3)
 if [[ " $stages " == *" capture "* ]]; then
+    native=$(python -c "import torch; from draftzoo.train.precision import native_bf16
+print('bfloat16' if native_bf16(torch.device('cpu')) else 'float32')" 2>/dev/null | tail -n 1)
+    capture_dtype=${CAPTURE_DTYPE:-$native}
     started=$(date +%s)
     draftzoo capture recipes/eagle3/smollm2-135m-instruct.yaml --dir "$shards" "${data[@]}" \
-        --set target.dtype=bfloat16 --set capture.shard_samples=128 \
+        --set target.dtype="$capture_dtype" --set capture.shard_samples=128 \
         --layer 2 --layer 15 --layer 27 --layer 28 --layer 30
     echo "capture: $(($(date +%s) - started)) s (a rerun that finds every shard done: seconds)"
 fi

@@ -46,14 +46,15 @@ class CacheSettings:
         return NOTE if reason is None else f"stock ({reason})"
 
     def kernels_for(self, target):
-        """The `CpuKernels` the target's verification forwards run on, or None."""
-        from .cpu_kernels import CpuKernels, unavailable_reason
+        """The `CpuKernels` the target's verification forwards run on (one per target, shared
+        by its generators), or None."""
+        from .cpu_kernels import shared_kernels, unavailable_reason
 
         if self.cpu_kernels is False:
             return None
         reason = unavailable_reason(target)
         if reason is None:
-            return CpuKernels(target)
+            return shared_kernels(target)
         if self.cpu_kernels:
             raise GenerationError(f"the CPU verification kernels were asked for, but {reason}")
         return None

@@ -26,6 +26,7 @@ Greedy output identical to target-only is checked by the tests and every evaluat
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -101,7 +102,6 @@ class CpuKernels:
         reason = unavailable_reason(model)
         if reason is not None:
             raise ValueError(f"CPU verification kernels: {reason}")
-        self.model = model
         self._packed: dict[tuple[int, int], tuple[torch.Tensor, int, int]] = {}
         self._pads: dict[tuple, torch.Tensor] = {}
         # modules whose forward someone already replaced (hooks of accelerate, peft...) keep it
@@ -147,7 +147,8 @@ class CpuKernels:
         def forward(x: torch.Tensor) -> torch.Tensor:
             rows = math.prod(x.shape[:-1])
             width = _width_for(rows)
-            if rows < MIN_PACKED_ROWS or width is None or torch.is_grad_enabled():
+            small = rows < MIN_PACKED_ROWS or width is None
+            if small or torch.is_grad_enabled() or x.dtype != linear.weight.dtype:
                 return F.linear(x, linear.weight, linear.bias)
             flat = x.reshape(rows, x.shape[-1])
             if rows < width:
@@ -173,3 +174,15 @@ class CpuKernels:
                 vars(linear).pop("forward", None)
             for config in self.configs:
                 config._attn_implementation = "sdpa"
+
+
+_SHARED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def shared_kernels(model) -> CpuKernels:
+    """The one `CpuKernels` of `model`: every generator over it verifies on the same packed
+    copies (kept while the model lives)."""
+    kernels = _SHARED.get(model)
+    if kernels is None:
+        kernels = _SHARED[model] = CpuKernels(model)
+    return kernels

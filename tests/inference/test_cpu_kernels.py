@@ -3,6 +3,9 @@ stock forward's logits, leave the model as they found it, and pack once per widt
 
 from __future__ import annotations
 
+import gc
+import weakref
+
 import pytest
 import torch
 
@@ -112,8 +115,14 @@ def test_one_packed_copy_per_width_kept_until_the_weight_changes():
 
 def test_settings_choose_the_kernels_and_refuse_them_where_they_cannot_run():
     model = tiny_causal_lm("llama")
-    assert isinstance(CacheSettings().kernels_for(model), CpuKernels)
+    kernels = CacheSettings().kernels_for(model)
+    assert isinstance(kernels, CpuKernels)
+    assert CacheSettings(cpu_kernels=True).kernels_for(model) is kernels  # one per target
     assert CacheSettings(cpu_kernels=False).kernels_for(model) is None
+    alive = weakref.ref(model)
+    del model, kernels
+    gc.collect()
+    assert alive() is None  # the shared kernels do not keep their target alive
     half = tiny_causal_lm("llama").to(torch.bfloat16)
     assert CacheSettings().kernels_for(half) is None  # where they apply: quietly off
     with pytest.raises(GenerationError, match="asked for, but the target's weights are "):
