@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 import weakref
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 
 import torch
 import torch.nn.functional as F
@@ -186,3 +186,13 @@ def shared_kernels(model) -> CpuKernels:
     if kernels is None:
         kernels = _SHARED[model] = CpuKernels(model)
     return kernels
+
+
+def verifying(
+    kernels: CpuKernels | None, width: int, all_logits: bool
+) -> AbstractContextManager[None]:
+    """The context a forward of `width` tokens runs in: the kernels for a verification
+    (every position's logits, more than one token), nothing otherwise."""
+    if kernels is not None and all_logits and width > 1:
+        return kernels.active()
+    return nullcontext()

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from .cpu_kernels import CpuKernels
+from .cpu_kernels import CpuKernels, verifying
 from .kv_cache import _layers, cache_kwargs, cache_nbytes, crop, keep_tail
 from .transfer import to_device
 
@@ -59,10 +59,8 @@ class GrowingForward:
         all_logits: bool = True,  # False: the last position's only (prefill)
     ) -> torch.Tensor:
         """Logits [R, w, vocab]."""
-        if self.kernels is not None and all_logits and input_ids.shape[1] > 1:
-            with self.kernels.active():
-                return self._forward(input_ids, depths, ancestors, all_logits)
-        return self._forward(input_ids, depths, ancestors, all_logits)
+        with verifying(self.kernels, input_ids.shape[1], all_logits):
+            return self._forward(input_ids, depths, ancestors, all_logits)
 
     def _forward(self, input_ids, depths, ancestors, all_logits) -> torch.Tensor:
         rows, width = input_ids.shape

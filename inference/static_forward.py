@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .cpu_kernels import CpuKernels
+from .cpu_kernels import CpuKernels, verifying
 from .errors import GenerationError
 from .graphs import CapturedCall, use_cuda_graphs
 from .kv_cache import cache_kwargs
@@ -105,10 +105,8 @@ class StaticForward:
         depths, ancestors = to_device(depths, self.device), to_device(ancestors, self.device)
         if not (self.use_graphs and all_logits and width <= self.max_graph_width):
             self._slots.limit = max(self.lengths) + width
-            if self.kernels is not None and all_logits and width > 1:
-                with self.kernels.active():
-                    return self._run(input_ids, lengths, depths, ancestors, all_logits)
-            return self._run(input_ids, lengths, depths, ancestors, all_logits)
+            with verifying(self.kernels, width, all_logits):
+                return self._run(input_ids, lengths, depths, ancestors, all_logits)
         shape = self._shapes.get((rows, width)) or self._capture(rows, width, captured)
         shape.input_ids.copy_(input_ids)
         shape.lengths.copy_(lengths)
