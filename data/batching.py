@@ -18,9 +18,10 @@ class Batch:
     attention_mask: torch.Tensor
     position_ids: torch.Tensor  # [b, s] long, restarting at 0 in each packed sample
     indices: torch.Tensor  # [b] long, dataset row of each batch row
+    lengths: tuple[tuple[int, ...], ...] = ()  # each row's sample lengths, in order
 
     def to(self, device) -> Batch:
-        return Batch(*(t.to(device) for t in self.as_tuple()))
+        return Batch(*(t.to(device) for t in self.as_tuple()), lengths=self.lengths)
 
     def as_tuple(self) -> tuple[torch.Tensor, ...]:
         return (
@@ -83,4 +84,5 @@ def collate(rows: Sequence[dict], pad_token_id: int) -> Batch:
         attention_mask=mask_4d if packed else mask_2d,
         position_ids=position_ids,
         indices=torch.tensor([r["index"] for r in rows], dtype=torch.long),
+        lengths=tuple(tuple(int(n) for n in r["lengths"]) for r in rows),
     )

@@ -1,10 +1,10 @@
 """Target features for drafter training: online (in the step) or offline (safetensors shards).
 
-Both modes go through `capture_batch`, which runs the target with hooks and rounds the states
-through the capture format (`feature_storage.py`: a float dtype, or FP8 with a scale per token),
-so the numbers a drafter sees are the same either way. Target logits are
-never stored: `target_logits` recomputes them from the final post-norm state (HF index N) and
-the target's lm_head, as SpecForge does.
+Both modes run the target with hooks through `states_by_sample` (each packed sample on its own,
+`sample_forward.py`) and round the states through the capture format (`feature_storage.py`: a
+float dtype, or FP8 with a scale per token), so the numbers a drafter sees are the same either
+way. Target logits are never stored: `target_logits` recomputes them from the final post-norm
+state (HF index N) and the target's lm_head, as SpecForge does.
 
 Offline layout (`dir/`): `index.json` (layers in HF convention, dtype, bytes per token, target
 fingerprint and the dtype its forwards ran in, data hash, shards with their sample ranges,
@@ -30,6 +30,7 @@ from ..architectures.errors import DraftzooError
 from ..architectures.output_folders import fresh_path, write_text_atomically
 from .batching import Batch, collate
 from .feature_storage import FeatureStorage
+from .sample_forward import states_by_sample
 
 logger = logging.getLogger(__name__)
 
@@ -67,10 +68,10 @@ class CaptureConfig:
 def capture_batch(
     adapter, batch: Batch, layers: Sequence[int], storage: FeatureStorage
 ) -> dict[int, torch.Tensor]:
-    """Hidden states {HF index: [b, s, h]} of the target on `batch`, rounded through
-    `storage`."""
-    out = adapter(**batch.model_inputs(), hidden_indices=layers, compute_logits=False)
-    return {index: storage.round(out.hidden_states[index]) for index in layers}
+    """Hidden states {HF index: [b, s, h]} of the target on `batch`, each sample run on its own
+    (`sample_forward.py`), rounded through `storage`."""
+    states = states_by_sample(adapter, batch, layers)
+    return {index: storage.round(states[index]) for index in layers}
 
 
 def target_head_logits(adapter, final_hidden: torch.Tensor) -> torch.Tensor:
@@ -253,14 +254,12 @@ def _capture_range(adapter, dataset, start, stop, layers, config, pad_token_id):
     lengths = []
     for lo in range(start, stop, config.batch_size):
         rows = [dataset[i] for i in range(lo, min(lo + config.batch_size, stop))]
-        batch = collate(rows, pad_token_id)
-        with torch.no_grad():
-            out = adapter(**batch.model_inputs(), hidden_indices=layers, compute_logits=False)
+        states = states_by_sample(adapter, collate(rows, pad_token_id), layers)
         for b, row in enumerate(rows):
             n = len(row["input_ids"])
             lengths.append(n)
             for layer in layers:
-                encoded = storage.encode(out.hidden_states[layer][b, :n])
+                encoded = storage.encode(states[layer][b, :n])
                 for part, tensor in encoded.items():
                     pieces.setdefault(f"{part}.{layer}", []).append(tensor.contiguous())
     offsets = torch.zeros(len(lengths) + 1, dtype=torch.long)
