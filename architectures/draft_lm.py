@@ -4,6 +4,11 @@ It is a stock transformers `LlamaForCausalLM` (so engines and `generate(assistan
 load it as is), sized by `DraftLMConfig`, sharing the target's vocabulary, special tokens and
 rope settings. It starts from its config, from an existing smaller checkpoint, or with the
 target's embedding and output matrices copied in.
+
+With `draft_vocab_size` it trains over the whole vocabulary and ships the map of the most
+frequent supervised tokens beside its weights (`draft_vocab.safetensors`: speculators' `d2t`
+and `t2d`); draftzoo's runtime then drafts through those rows of its head only. Its weights
+stay the stock model's, so engines and exports draft over the whole vocabulary.
 """
 
 from __future__ import annotations
@@ -45,6 +50,9 @@ class DraftLMConfig:
     intermediate_size: int = 768
     tie_word_embeddings: bool = True
     copy_target_embeddings: bool = False  # start from the target's embeddings (same hidden size)
+    #: draft over the N most frequent supervised tokens (a map shipped beside the weights;
+    #: training and exports keep the whole head); None: the whole vocabulary
+    draft_vocab_size: int | None = None
 
     def __post_init__(self) -> None:
         if self.init_from and self.copy_target_embeddings:
@@ -53,6 +61,8 @@ class DraftLMConfig:
         for name in (*sizes, "intermediate_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"draft.{name} must be >= 1, got {getattr(self, name)}")
+        if self.draft_vocab_size is not None and self.draft_vocab_size < 1:
+            raise ValueError(f"draft.draft_vocab_size must be >= 1, got {self.draft_vocab_size}")
         if self.hidden_size % self.num_attention_heads:
             raise ValueError("draft.hidden_size must be divisible by num_attention_heads")
         if self.num_attention_heads % self.num_key_value_heads:
@@ -113,9 +123,41 @@ def build_draft_lm(config: DraftLMConfig, target_model) -> torch.nn.Module:
     return model
 
 
+def vocab_map_bytes(d2t: torch.Tensor, t2d: torch.Tensor) -> bytes:
+    """The draft vocabulary map as the file a draft LM ships it in."""
+    from safetensors.torch import save
+
+    return save({"d2t": d2t.long().contiguous(), "t2d": t2d.bool().contiguous()})
+
+
+def install_draft_vocab(model, data: bytes, where: str) -> None:
+    """Make the draft LM `model` draft through the rows of its head that the map `data` (a
+    `DRAFT_VOCAB_FILE`'s bytes) keeps; a map that is not one of its vocabulary is refused."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load
+
+    from .drafter_io import DrafterError
+    from .target_head import DraftVocabHead, check_vocab_map
+
+    try:
+        tensors = load(data)
+    except (SafetensorError, OSError) as err:
+        raise DrafterError(f"{where} cannot be read: {err}") from err
+    if set(tensors) != {"d2t", "t2d"}:
+        found = ", ".join(tensors) or "nothing"
+        raise DrafterError(f"{where}: a draft vocabulary map holds d2t and t2d, not {found}")
+    head = model.get_output_embeddings()
+    vocab = head.weight.shape[0]
+    check_vocab_map(tensors["d2t"], tensors["t2d"], vocab, where)
+    model.set_output_embeddings(DraftVocabHead(head, tensors["d2t"]))
+
+
 def export_hf(export) -> None:
     """The draft LM as the plain transformers checkpoint it is (the family's `hf` export)."""
     config = {**export.config, "draftzoo": {"family": export.record["family"]}}
+    note = export.draft_vocabulary_note()
+    if note:
+        config["draftzoo"]["draft_vocabulary"] = note
     (export.folder / "config.json").write_text(json.dumps(config))
     shutil.copy2(export.source / "model.safetensors", export.folder / "model.safetensors")
 

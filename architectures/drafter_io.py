@@ -32,6 +32,9 @@ WEIGHTS_FILE = "model.safetensors"
 RECORD_VERSION = 1
 #: the files that define a drafter; its checkpoint hash covers exactly these
 DEFINING_FILES = ("config.json", "model.safetensors", RECORD_FILE)
+#: a draft LM's draft vocabulary map (`d2t`, `t2d`), beside its stock transformers weights;
+#: defining where the record's `draft_vocab_file` names it
+DRAFT_VOCAB_FILE = "draft_vocab.safetensors"
 
 
 class DrafterError(DraftzooError, ValueError):
@@ -50,9 +53,11 @@ def save_drafter(
     extra: dict[str, Any] | None = None,
     state_dict: dict[str, Any] | None = None,
     inputs: tuple[Path | str, ...] = (),
+    files: dict[str, bytes] | None = None,
 ) -> Path:
-    """Write the drafter alone (weights + config + record) to `output_dir`, atomically
-    (`inputs`: what the run read, which the output may not replace)."""
+    """Write the drafter alone (weights + config + record, and `files` {name: bytes}) to
+    `output_dir`, atomically (`inputs`: what the run read, which the output may not
+    replace)."""
     output_dir = output_path(output_dir)
     check_replaceable(output_dir, inputs)  # before anything is written
     record = {
@@ -70,6 +75,8 @@ def save_drafter(
         model.save_pretrained(tmp, safe_serialization=True, state_dict=state_dict)
         if tokenizer is not None:
             tokenizer.save_pretrained(tmp)
+        for name, data in (files or {}).items():
+            (tmp / name).write_bytes(data)
         (tmp / RECORD_FILE).write_text(json.dumps(record, indent=1))
         return replace_dir(tmp, output_dir, inputs)
     except BaseException:
@@ -169,9 +176,17 @@ def defining_names(record: dict[str, Any]) -> tuple[str, ...]:
         adapts = family_spec(record["family"]).adapts_target
     except UnknownFamilyError:
         adapts = False  # refused by whoever asks its family, in their words
+    names = DEFINING_FILES
     if adapts:
-        return (*DEFINING_FILES, *(f"{ADAPTER_DIR}/{name}" for name in ADAPTER_FILES))
-    return DEFINING_FILES
+        names = (*names, *(f"{ADAPTER_DIR}/{name}" for name in ADAPTER_FILES))
+    vocab_file = record.get("draft_vocab_file")
+    if vocab_file is not None:
+        if vocab_file != DRAFT_VOCAB_FILE:
+            raise DrafterError(
+                f"the record's draft_vocab_file must be {DRAFT_VOCAB_FILE!r}, got {vocab_file!r}"
+            )
+        names = (*names, DRAFT_VOCAB_FILE)
+    return names
 
 
 def checkpoint_hash(path: Path) -> str:

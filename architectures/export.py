@@ -200,11 +200,14 @@ class Export:
     def draft_vocabulary_note(self) -> str | None:
         """What an export without the map drafts, for a drafter that has one (None without)."""
         size, vocab = self.config.get("draft_vocab_size"), self.config.get("vocab_size")
+        head = "the target's head"
+        if self.record.get("draft_vocab_file"):  # a draft LM: its own head, the map beside it
+            size, head = self.record.get("training", {}).get("draft_vocab_size"), "its own head"
         if size is None or vocab is None or size >= vocab:
             return None
         return (
-            f"not carried: draftzoo drafts over {size} of {vocab} tokens (the target's head "
-            "truncated); this format's engines draft over the target's whole head"
+            f"not carried: draftzoo drafts over {size} of {vocab} tokens ({head} "
+            f"truncated); this format's engines draft over {head.removesuffix(' head')} whole head"
         )
 
     def target_location(self) -> str:

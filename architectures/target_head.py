@@ -89,3 +89,16 @@ class TargetHead:
             return logits
         full = logits.new_full((*logits.shape[:-1], self.vocab), float("-inf"))
         return full.index_copy_(-1, self.ids, logits)
+
+
+class DraftVocabHead(nn.Module):
+    """A causal LM's own output head drafting over a draft vocabulary: a copy of the kept rows
+    is projected, the logits come back over the whole vocabulary with -inf off the map (so a
+    drafter's sampling and argmax stay as they are). Installed at load, never saved."""
+
+    def __init__(self, lm_head: nn.Module, d2t: torch.Tensor) -> None:
+        super().__init__()
+        self.head = TargetHead(lm_head, d2t)
+
+    def forward(self, states: torch.Tensor) -> torch.Tensor:
+        return self.head.logits(states)

@@ -315,12 +315,15 @@ def _use_section(name: str, report: dict[str, Any], notes) -> list[str]:
 
 def draft_vocabulary_note(config: dict[str, Any], record: dict[str, Any]) -> list[str]:
     """The card's line on what a drafter with a reduced vocabulary drafts over (none without
-    one): `config` its config.json (`draft_vocab_size`, or Medusa's `truncated_vocab_size`)."""
+    one): `config` its config.json (`draft_vocab_size`, or Medusa's `truncated_vocab_size`;
+    a draft LM's in its training record)."""
     vocab = config.get("vocab_size")
-    size = config.get("draft_vocab_size", config.get("truncated_vocab_size"))
+    training = record.get("training", {})
+    size = config.get(
+        "draft_vocab_size", config.get("truncated_vocab_size", training.get("draft_vocab_size"))
+    )
     if not vocab or not size or size >= vocab:
         return []
-    training = record.get("training", {})
     covered = training.get("draft_vocab_coverage")
     share = f", {covered:.1%} of them" if covered else ""
     how = training.get("draft_vocab") or "its own head trained over them"

@@ -442,9 +442,12 @@ def export_drafter(
     training: dict[str, Any],
     outcome: Outcome,
     layers: list[int] | None = None,
+    files: dict[str, bytes] | None = None,
+    record_fields: dict[str, Any] | None = None,
 ) -> None:
     """Check the replicas agree, gather the weights, and save the drafter (bf16 floats) with
-    its record; every process calls it. `weights(bare_model, state_dict)` picks what ships."""
+    its record (`record_fields` at its top level) and `files` beside them; every process calls
+    it. `weights(bare_model, state_dict)` picks what ships."""
     accelerator, cfg = run.accelerator, run.config
     accelerator.wait_for_everyone()
     replicas = check_replicas(accelerator, model, run.work_dir)
@@ -480,8 +483,9 @@ def export_drafter(
             data_hash=run.data_hash,
             layers=layers,
             tokenizer=run.target.tokenizer,
-            extra={"training": record},
+            extra={**(record_fields or {}), "training": record},
             inputs=recipe_inputs(run.recipe),
+            files=files,
         )
     # drop the prepared (DDP-wrapped) model and optimizer first: the wrapper holds the process
     # group, which must not outlive the run, and DeepSpeed's engine needs the group to let go

@@ -18,12 +18,14 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..architectures.draft_lm import DraftLMConfig, build_draft_lm
+from ..architectures.draft_lm import DraftLMConfig, build_draft_lm, vocab_map_bytes
+from ..architectures.drafter_io import DRAFT_VOCAB_FILE
 from ..data.capture import CaptureConfig
 from ..data.token_dataset import DataConfig
 from .blocks import export_drafter, prepare_model, start_run, train_steps
 from .distributed import whole_weights
 from .draft_lm_loss import DistillConfig, DraftLMLoss
+from .draft_vocab import map_at_export
 from .recipe_config import TargetSpec, TrainConfig, TrainResult
 from .setup import model_config
 
@@ -127,12 +129,21 @@ def run(recipe: DraftLMRecipe) -> TrainResult:
     loss = DraftLMLoss(recipe.distill, run.target, run.features, recipe.train.loss_chunk_rows)
     outcome = train_steps(run, draft, optimizer, scheduler, loss)
     agreement = outcome.metrics.get("train/top1_agreement", float("nan"))
+    training, files, fields = {"top1_agreement": agreement}, {}, {}
+    found = map_at_export(run, recipe.draft, "its head truncated at export (the map beside it)")
+    if found is not None:
+        d2t, t2d, vocab_fields = found
+        training.update(vocab_fields)
+        files = {DRAFT_VOCAB_FILE: vocab_map_bytes(d2t, t2d)}
+        fields = {"draft_vocab_file": DRAFT_VOCAB_FILE}
     export_drafter(
         run,
         draft,
         "draft_lm",
         _export_weights(run.target),
-        {"top1_agreement": agreement},
+        training,
         outcome,
+        files=files,
+        record_fields=fields,
     )
     return TrainResult.of(run.output_dir, outcome, agreement)

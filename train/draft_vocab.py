@@ -2,7 +2,8 @@
 
 EAGLE-3 and Medusa train their heads over it (chosen before the first step); EAGLE-1, MTP and
 DFlash train over the target's whole head and get it at export (`truncate_at_export`), so they
-draft through those rows of the target's head (architectures/target_head.py).
+draft through those rows of the target's head (architectures/target_head.py); the draft LM
+trains over its whole head and ships the map beside its weights (`map_at_export`).
 """
 
 from __future__ import annotations
@@ -28,23 +29,35 @@ def draft_vocab(config, dataset, vocab_size: int):
     return d2t, t2d, coverage(counts, t2d)
 
 
-def truncate_at_export(run, module, config) -> dict:
-    """Install the draft vocabulary `config.draft_vocab_size` asks for in the bare drafter
-    `module` (every process, before the export); the training record's fields ({} for the
-    whole vocabulary)."""
+def map_at_export(run, config, how: str):
+    """(d2t, t2d, the training record's fields) of the draft vocabulary
+    `config.draft_vocab_size` asks for, `how` the record's words for where it applies; None
+    for the whole vocabulary."""
     vocab = run.target.lm_head.weight.shape[0]
     if config.draft_vocab_size is None or config.draft_vocab_size >= vocab:
-        return {}
+        return None
     d2t, t2d, covered = draft_vocab(config, run.dataset, vocab)
-    install_vocab_map(module, d2t, t2d)
     logger.info(
         "draft vocabulary at export: %d of %d tokens, covering %.4f of supervised tokens",
         config.draft_vocab_size,
         vocab,
         covered,
     )
-    return {
+    fields = {
         "draft_vocab_size": config.draft_vocab_size,
         "draft_vocab_coverage": round(covered, 6),
-        "draft_vocab": "the target's head truncated at export",
+        "draft_vocab": how,
     }
+    return d2t, t2d, fields
+
+
+def truncate_at_export(run, module, config) -> dict:
+    """Install the draft vocabulary `config.draft_vocab_size` asks for in the bare drafter
+    `module` (every process, before the export); the training record's fields ({} for the
+    whole vocabulary)."""
+    found = map_at_export(run, config, "the target's head truncated at export")
+    if found is None:
+        return {}
+    d2t, t2d, fields = found
+    install_vocab_map(module, d2t, t2d)
+    return fields

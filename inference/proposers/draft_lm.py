@@ -1,5 +1,6 @@
 """The draft-LM family's runtime: a small causal LM on the target's tokenizer drafts chains
-(`DraftModelProposer`)."""
+(`DraftModelProposer`), through the rows of its head its draft vocabulary keeps where it
+ships one."""
 
 from __future__ import annotations
 
@@ -7,8 +8,9 @@ import logging
 
 import torch
 
+from ...architectures.draft_lm import install_draft_vocab
 from ...architectures.drafter_files import DrafterFiles, opened
-from ...architectures.drafter_io import DrafterError
+from ...architectures.drafter_io import DRAFT_VOCAB_FILE, DrafterError
 from ...architectures.safe_load import load_tokenizer
 from ...architectures.target import TargetAdapter
 from ..cache_settings import GROWING, CacheSettings
@@ -31,6 +33,8 @@ def load_runtime(folder, record: dict, target, tokenizer, request: DrafterReques
     if not vocabularies_match(load_tokenizer(folder), tokenizer):
         raise ProposerError(f"drafter {folder} does not share the target's tokenizer")
     draft = causal_lm(files, target.dtype).to(next(target.parameters()).device).eval()
+    if files.record.get("draft_vocab_file") is not None:
+        install_draft_vocab(draft, files.data(DRAFT_VOCAB_FILE), f"{folder}/{DRAFT_VOCAB_FILE}")
 
     def make() -> Proposer:
         return DraftModelProposer(draft, None, None, request.cache)
