@@ -5,6 +5,10 @@ chain and the drafter served as a hybrid, decoded in one process, interleaved pr
         --drafter recipes/zoo/eagle3-smollm2-135m-instruct \
         --prompt-set mt-bench --prompt-set humaneval --prompts 16 --repeats 2 --threads 2
 
+`--rule NAME:KEY=VALUE[,KEY=VALUE]` (repeatable) adds a row "hybrid NAME": the same drafter
+served as a hybrid whose rule differs from the default in those `HybridSettings` fields (e.g.
+`anywhere:probe_margin=1e9`, probes taken in any round as before), in the same sitting.
+
 Each repeat decodes every prompt once with every method (the hybrid keeps what it measured
 across prompts and repeats, as a server would, but its global suffix cache starts empty in each
 repeat: no repeat copies an earlier one's answers); the first prompt is a warm-up. Printed per
@@ -33,24 +37,40 @@ from draftzoo.inference.proposers.prompt_lookup import prompt_lookup_runtime
 from draftzoo.inference.sampling import SamplingParams
 
 
-def build_methods(args, target, tokenizer) -> tuple[dict[str, SpeculativeGenerator], object]:
-    """target-only, prompt lookup, the drafter's chain and its hybrid (gamma tokens each); the
-    hybrid's runtime (its global suffix cache is emptied before each repeat)."""
+def rule_of(text: str) -> tuple[str, HybridSettings]:
+    """`NAME:KEY=VALUE[,KEY=VALUE]` -> (row name, the default rule with those fields)."""
+    name, _, pairs = text.partition(":")
+    fields = {}
+    for pair in filter(None, pairs.split(",")):
+        key, _, value = pair.partition("=")
+        fields[key] = {"true": True, "false": False}.get(value.lower())
+        if fields[key] is None:
+            fields[key] = int(value) if value.isdigit() else float(value)
+    return f"hybrid {name}", HybridSettings(**fields)
+
+
+def build_methods(args, target, tokenizer) -> tuple[dict[str, SpeculativeGenerator], list]:
+    """target-only, prompt lookup, the drafter's chain and its hybrids (gamma tokens each); the
+    hybrids' runtimes (each global suffix cache is emptied before each repeat)."""
     folder = Path(args.drafter)
     chain = ProposalSettings(num_speculative_tokens=args.gamma)
-    hybrid = load_drafter(folder, target, tokenizer, replace(chain, hybrid=HybridSettings()))
+    rules = [("hybrid", HybridSettings()), *(rule_of(text) for text in args.rule)]
+    hybrids = [
+        (name, load_drafter(folder, target, tokenizer, replace(chain, hybrid=rule)))
+        for name, rule in rules
+    ]
     lookup = prompt_lookup_runtime(None, chain)
     chain = load_drafter(folder, target, tokenizer, chain)
     methods = {"target-only": SpeculativeGenerator(target, tokenizer)}
-    for name, runtime in (("prompt lookup", lookup), ("chain", chain), ("hybrid", hybrid)):
+    for name, runtime in (("prompt lookup", lookup), ("chain", chain), *hybrids):
         methods[name] = SpeculativeGenerator(target, tokenizer, runtime.make_proposer(), args.gamma)
-    return methods, hybrid
+    return methods, hybrids
 
 
 def main() -> None:
     args = _parse_args()
     tokenizer, target = load_target(args.target, threads=args.threads)
-    methods, hybrid = build_methods(args, target, tokenizer)
+    methods, hybrids = build_methods(args, target, tokenizer)
     config = EvalConfig(tuple(args.prompt_set), max_prompts=args.prompts)
     prompts = load_prompts(config)
     print(
@@ -62,9 +82,10 @@ def main() -> None:
         # (category, method, repeat) -> [tokens, seconds, rounds]
         totals: dict[tuple, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
         mismatches: Counter[str] = Counter()
-        rounds_before = Counter(methods["hybrid"].proposer.choices)
+        before = {name: Counter(methods[name].proposer.choices) for name, _ in hybrids}
         for repeat in range(args.repeats):
-            hybrid.begin_pass()  # no repeat drafts from an earlier one's answers
+            for _, hybrid in hybrids:
+                hybrid.begin_pass()  # no repeat drafts from an earlier one's answers
             for index, prompt in enumerate(prompts):
                 text = prompt.render(tokenizer, chat=True)
                 params = SamplingParams(
@@ -87,15 +108,16 @@ def main() -> None:
                         row[1] += seconds
                         row[2] += out.metrics.num_target_forwards
         _print(temperature, totals, methods, args.repeats, mismatches)
-        rounds = Counter(methods["hybrid"].proposer.choices) - rounds_before
-        print("hybrid rounds: " + ", ".join(f"{k} {rounds[k]}" for k in sorted(rounds)))
+        for name, _ in hybrids:
+            rounds = Counter(methods[name].proposer.choices) - before[name]
+            print(f"{name} rounds: " + ", ".join(f"{k} {rounds[k]}" for k in sorted(rounds)))
 
 
 def _print(temperature, totals, methods, repeats, mismatches) -> None:
     """One line per category and method: tau, speedup (summed over repeats) and its range."""
     print(f"\nT = {temperature:g}")
     categories = sorted({key[0] for key in totals}, key=lambda c: (c == "all", c))
-    print(f"{'category':16} {'method':14} {'tau':>5} {'speedup':>8} {'range':>13}")
+    print(f"{'category':16} {'method':20} {'tau':>5} {'speedup':>8} {'range':>13}")
     for category in categories:
         for name in methods:
             if name == "target-only":
@@ -110,7 +132,7 @@ def _print(temperature, totals, methods, repeats, mismatches) -> None:
                 base_tokens, base_seconds = base_tokens + theirs[0], base_seconds + theirs[1]
             speedup = (tokens / seconds) / (base_tokens / base_seconds)
             spread = f"{min(per_repeat):.2f}-{max(per_repeat):.2f}"
-            print(f"{category:16} {name:14} {tokens / forwards:5.2f} {speedup:7.2f}x {spread:>13}")
+            print(f"{category:16} {name:20} {tokens / forwards:5.2f} {speedup:7.2f}x {spread:>13}")
     if temperature == 0:
         shown = ", ".join(f"{name} {mismatches[name]}" for name in methods if name != "target-only")
         print(f"prompts whose greedy output differs from target-only: {shown}")
@@ -127,6 +149,7 @@ def _parse_args() -> argparse.Namespace:
     parser.add_argument("--temperatures", type=float, nargs="+", default=[0.0, 1.0])
     parser.add_argument("--gamma", type=int, default=4)
     parser.add_argument("--threads", type=int, default=0)
+    parser.add_argument("--rule", action="append", default=[], help="NAME:KEY=VALUE[,...]")
     return parser.parse_args()
 
 
