@@ -7,7 +7,7 @@ chain and the drafter served as a hybrid, decoded in one process, interleaved pr
 
 `--rule NAME:KEY=VALUE[,KEY=VALUE]` (repeatable) adds a row "hybrid NAME": the same drafter
 served as a hybrid whose rule differs from the default in those `HybridSettings` fields (e.g.
-`anywhere:probe_margin=1e9`, probes taken in any round as before), in the same sitting.
+`scores:pace=false`, the rule without a clock), in the same sitting.
 
 Each repeat decodes every prompt once with every method (the hybrid keeps what it measured
 across prompts and repeats, as a server would, but its global suffix cache starts empty in each

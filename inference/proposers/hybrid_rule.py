@@ -28,8 +28,6 @@ DRAFTED = ("drafter", "both")  # the choices whose rounds the drafter drafts
 MAX_BUCKET = 8
 #: a round's seconds count at most this many times their kind's average so far
 CLIP_SECONDS = 2.0
-#: a due probe waits for a round without a strong candidate at most this many intervals
-OVERDUE = 4
 
 
 @dataclass(frozen=True)
@@ -52,9 +50,6 @@ class HybridSettings:
     #: by pace, a round changes between drafting and not only for an expected pace this much
     #: higher (after rounds without it the drafter catches up; noisy measures would flap)
     switch_margin: float = 0.1
-    #: by pace, a due probe is taken in a round whose best choice is expected at most this
-    #: much faster than a plain step (no strong candidate to give up), or once long overdue
-    probe_margin: float = 0.25
 
     def __post_init__(self) -> None:
         if self.alone_margin <= 0:
@@ -64,9 +59,8 @@ class HybridSettings:
         for name in ("decay", "drafter_decay"):
             if not 0 <= getattr(self, name) < 1:
                 raise GenerationError(f"hybrid {name} must be in [0, 1), got {getattr(self, name)}")
-        for name in ("switch_margin", "probe_margin"):
-            if getattr(self, name) < 0:
-                raise GenerationError(f"hybrid {name} must be >= 0, got {getattr(self, name)}")
+        if self.switch_margin < 0:
+            raise GenerationError(f"hybrid switch_margin must be >= 0, got {self.switch_margin}")
         if self.probe_every < 2:
             raise GenerationError(f"hybrid probe_every must be >= 2, got {self.probe_every}")
 
@@ -169,9 +163,7 @@ def choose(
     alone, the drafter, and the drafter with a candidate merged (a change between drafting and
     not only for `switch_margin` more); the drafter and a plain step are probed when not chosen
     for a while: every `probe_every` rounds when measured far behind, more often the closer
-    they are or the fewer times measured (`_interval`), in the first round after that whose
-    best choice is within `probe_margin` of a plain step (never giving up a long copy), or
-    once `OVERDUE` intervals have passed. By counts (no clock): the
+    they are or the fewer times measured (`_interval`). By counts (no clock): the
     best-yielding candidate merged from `min_score`, alone from `alone_margin` x the drafter's
     yield (once measured, and not when the drafter is due a probe), else the drafter."""
     drafter, probe_every = calibration.drafter.value, settings.probe_every
@@ -196,17 +188,12 @@ def choose(
         if best_rate < (1 + settings.switch_margin) * stay_rate:
             best_rate, best = stay_rate, stayed
     measured = {"drafter": calibration.drafter, "none": calibration.seconds[(False, 0)]}
-    plain_rate = options[0][0]
     for kind, probed in (("drafter", DRAFTED), ("none", ("none",))):
         if best.kind in probed:
             continue
         rate = max(r for r, choice in options if choice.kind in probed)
         interval = _interval(rate / best_rate, measured[kind].count, probe_every)
-        waited = calibration.rounds - calibration.last.get(kind, 0)
-        # a due probe waits for a round without a strong candidate (it gives up the least
-        # there), for at most OVERDUE intervals
-        weak = best_rate <= (1 + settings.probe_margin) * plain_rate
-        if waited >= interval and (weak or waited >= OVERDUE * interval):
+        if calibration.rounds - calibration.last.get(kind, 0) >= interval:
             return Choice(kind)
     return best
 

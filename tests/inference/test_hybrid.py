@@ -8,7 +8,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-from draftzoo.inference.errors import GenerationError
 from draftzoo.inference.generate import SpeculativeGenerator
 from draftzoo.inference.load import load_drafter
 from draftzoo.inference.proposal_settings import from_name
@@ -21,7 +20,6 @@ from draftzoo.inference.proposers.hybrid import (
 )
 from draftzoo.inference.proposers.hybrid_rule import (
     CHOICES,
-    OVERDUE,
     Calibration,
     Candidate,
     Choice,
@@ -153,31 +151,6 @@ def test_the_rule_takes_the_most_tokens_per_second_and_probes_what_it_does_not_c
     counted.yields[candidate.key] = Mean(0.4)
     assert choice(counted, pace=False) == Choice("drafter")
     assert choice(counted, (), pace=False) == Choice("drafter")
-
-
-def test_a_due_probe_waits_for_a_round_without_a_long_copy():
-    """A probe gives up the round's best choice: it is taken where that choice is expected at
-    most probe_margin faster than a plain step, or once OVERDUE intervals have passed."""
-    long_copy, short = _lookup(bucket=4), _lookup(bucket=1)
-    seconds = {(False, 0): Mean(1.0), (True, 4): Mean(2.0), (False, 4): Mean(1.0)}
-    yields = {long_copy.key: Mean(3.0), short.key: Mean(0.1)}  # 4 / 1 s and 1.1 / 1 s
-    # the drafter measured often at nothing a round (1 / 2 s): probed every 112 rounds when
-    # the best choice is the long copy (8x its rate), 71 beside the short one
-    due = Calibration(
-        yields=yields, seconds=seconds, drafter=Mean(0.0, count=64), drafter_width=4, rounds=120
-    )
-    due.last = {"drafter": 0, "none": 120}  # only the drafter's probe is due
-    settings = HybridSettings(switch_margin=0)
-    assert choose(due, [long_copy], settings) == Choice("lookup", long_copy)  # not given up
-    assert choose(due, [short], settings) == Choice("drafter")  # 1.1 <= 1.25 x a plain step
-    assert choose(due, [], settings) == Choice("drafter")
-    due.rounds = due.last["none"] = OVERDUE * 112  # long overdue: taken whatever is offered
-    assert choose(due, [long_copy], settings) == Choice("drafter")
-    anywhere = HybridSettings(switch_margin=0, probe_margin=1e9)  # the rule before: any round
-    due.rounds = due.last["none"] = 120
-    assert choose(due, [long_copy], anywhere) == Choice("drafter")
-    with pytest.raises(GenerationError, match="probe_margin must be >= 0"):
-        HybridSettings(probe_margin=-1)
 
 
 def test_every_round_measures_what_each_candidate_would_have_had_accepted():
