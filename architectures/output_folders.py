@@ -139,27 +139,55 @@ def output_lock(
     """Hold `.<name>.lock` beside the file `output` while `command` appends to it: a second
     command on the same output is refused in one line (`error`) instead of writing its rows
     among the first's, as is an output that is a link or not a file. The lock file is opened
-    with O_NOFOLLOW and never truncated; the kernel drops the lock when its holder exits."""
+    with O_NOFOLLOW and never truncated; the kernel drops the lock when its holder exits. A
+    lock file this call created is deleted when it ends (refused or not), while still held: a
+    command that waited on it finds the path gone or another file there and takes its own."""
     output = Path(output)
     if output.is_symlink() or (output.exists() and not output.is_file()):
         raise error(f"{output} is not a regular file; draftzoo {command} writes only files it made")
     lock = output.with_name(f".{output.name}.lock")
     output.parent.mkdir(parents=True, exist_ok=True)
+    fd, created = _locked(lock, output, command, error)
     try:
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
-    except OSError as err:
-        raise error(f"{lock} cannot be the lock of {output} ({err.strerror})") from err
-    try:
+        yield
+    finally:
+        try:
+            if created:
+                lock.unlink(missing_ok=True)
+        finally:
+            os.close(fd)
+
+
+def _locked(lock: Path, output: Path, command: str, error: type[DraftzooError]) -> tuple[int, bool]:
+    """(descriptor, whether this call created it) of `lock`, held exclusively; refused while
+    another process holds it. Retried when the file locked is no longer the one at the path
+    (its holder deleted it on the way out)."""
+    while True:
+        try:
+            try:
+                fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+                created = True
+            except FileExistsError:
+                fd, created = os.open(lock, os.O_RDWR | os.O_NOFOLLOW), False
+        except FileNotFoundError:
+            continue  # deleted between the two opens: create it
+        except OSError as err:
+            raise error(f"{lock} cannot be the lock of {output} ({err.strerror})") from err
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
+            os.close(fd)
             raise error(
                 f"{output} is being written by another draftzoo {command}; let it finish (a "
                 "rerun then resumes) or name another output"
             ) from None
-        yield
-    finally:
-        os.close(fd)
+        try:
+            current = os.stat(lock, follow_symlinks=False).st_ino
+        except FileNotFoundError:
+            current = None
+        if current == os.fstat(fd).st_ino:
+            return fd, created
+        os.close(fd)  # its holder deleted it as we took it: take the file at the path now
 
 
 def refuse_working_directory(output_dir: Path) -> None:

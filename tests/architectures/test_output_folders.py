@@ -90,3 +90,33 @@ def test_training_refuses_to_overwrite_the_heads_it_starts_from(testbed_tiny, tm
     with pytest.raises(OutputDirError, match="which this command reads"):
         run_medusa2(recipe)
     assert _snapshot(Path(heads.output_dir)) == before
+
+
+def test_an_output_lock_it_created_goes_when_it_ends_refused_or_not(tmp_path):
+    """`output_lock` leaves no `.<name>.lock` it created (a refused command writes nothing); a
+    lock file it found (a killed run's) stays and is taken; one held is a one-line refusal."""
+    import fcntl
+
+    from draftzoo.architectures.output_folders import output_lock
+
+    out = tmp_path / "rows.jsonl"
+    lock = tmp_path / ".rows.jsonl.lock"
+    with output_lock(out, "regenerate"):
+        assert lock.is_file()
+    assert not lock.exists() and not out.exists()
+    with pytest.raises(ValueError, match="refused inside"), output_lock(out, "regenerate"):
+        raise ValueError("refused inside")
+    assert sorted(tmp_path.iterdir()) == []
+    lock.write_text("")  # left by a run that was killed: not this call's to delete
+    with output_lock(out, "regenerate"):
+        pass
+    assert lock.is_file()
+    held = os.open(lock, os.O_RDWR)
+    try:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)  # another run writing it
+        busy = "being written by another draftzoo regenerate"
+        with pytest.raises(OutputDirError, match=busy), output_lock(out, "regenerate"):
+            pass
+        assert lock.is_file()
+    finally:
+        os.close(held)

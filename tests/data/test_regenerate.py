@@ -213,6 +213,7 @@ def test_an_output_regenerate_did_not_write_is_refused_untouched(testbed_tiny, t
             regenerate(target, DataConfig(source=str(source)), output, config)
     assert {p: p.read_bytes() for p in before} == before
     assert not output_record(notes).exists() and not output_record(source).exists()
+    assert not list(tmp_path.glob(".*.lock"))  # a refused run leaves no lock beside them
     out = tmp_path / "answers.jsonl"
     regenerate(target, DataConfig(source=str(source)), out, config)
     with pytest.raises(DataError, match="holds answers to"):
