@@ -15,9 +15,11 @@
 # the same rates as a run of that budget on its own (tests/train/test_branching.py), for a
 # DECAY share of its steps instead of all of them.
 # Resumable: a rerun keeps finished shards, resumes each run from its newest checkpoint and
-# skips a run whose drafter exists. Measured on two cores (AMD EPYC, AVX512-BF16), alone: the
-# capture's target forwards ~780-1,000 tokens/s (~4-5 h), an EAGLE-3 step of 4 rows of 1,024
-# ~5.3 s (bench/results/cpu-2026-12-06-eagle3-step/), so one pass ~5.4 h.
+# skips a run whose drafter exists. Measured on two cores, alone: AMD EPYC (AVX512-BF16, bf16)
+# the capture's target forwards ~780-1,000 tokens/s (~4-5 h), an EAGLE-3 step of 4 rows of 1,024
+# ~5.3 s (bench/results/cpu-2026-12-06-eagle3-step/), so one pass ~5.4 h; Intel Xeon (Ice Lake,
+# no native bf16: float32) the whole capture ~630 tokens/s (~5.9 h;
+# bench/results/cpu-2026-12-07-capture-by-sample/), a step ~6.8 s, one pass ~6.9 h.
 # Settings (environment):
 #   RUNS        where the capture and drafters go (runs)
 #   CAPTURE_DTYPE  the target's weights while capturing (default: bfloat16 where the CPU
