@@ -61,8 +61,7 @@ def states_by_sample(
     states: dict[int, torch.Tensor] = {}
     for group in groups:
         longest = group[0][2]
-        ids = torch.zeros(len(group), longest, dtype=batch.input_ids.dtype)
-        ids = ids.to(batch.input_ids.device)
+        ids = batch.input_ids.new_zeros(len(group), longest)
         for i, (row, start, length) in enumerate(group):
             ids[i, :length] = batch.input_ids[row, start : start + length]
         out = adapter(ids, hidden_indices=layers, compute_logits=False)
