@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import torch
 
+from .attention_masks import layer_masks
 from .cpu_kernels import CpuKernels, verifying
 from .kv_cache import _layers, cache_kwargs, cache_nbytes, crop, keep_tail
 from .transfer import to_device
@@ -76,14 +77,16 @@ class GrowingForward:
         allowed = torch.cat(
             [past[:, None].expand(-1, width, -1), ancestors.to(self.device)], dim=-1
         )
-        mask = torch.zeros(allowed.shape, dtype=self.model.dtype, device=self.device)
-        mask.masked_fill_(~allowed, torch.finfo(mask.dtype).min)
-        out = self.model(
-            input_ids=input_ids,
-            attention_mask=mask[:, None],
-            position_ids=depths.to(self.device) + lengths,
-            **kwargs,
+        positions = depths.to(self.device) + lengths
+        slots = torch.arange(self._width, device=self.device).expand(rows, -1)
+        mask = layer_masks(
+            self.model.config,
+            allowed,
+            positions,
+            torch.cat([slots, positions], dim=-1),
+            self.model.dtype,
         )
+        out = self.model(input_ids=input_ids, attention_mask=mask, position_ids=positions, **kwargs)
         return out.logits
 
     def commit(self, kept: list[list[int]]) -> None:

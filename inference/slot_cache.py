@@ -14,6 +14,7 @@ import functools
 
 import torch
 
+from .attention_masks import attention_windows
 from .errors import GenerationError
 
 
@@ -54,14 +55,17 @@ def _row_slot_layer_class():
 
 def slot_cache(config, size: int, max_rows: int, slots: RowSlots):
     """A transformers `StaticCache` of `max_rows` rows and `size` slots per row, whose layers
-    write where `slots` says; models with layers other than full attention are refused."""
+    write where `slots` says. Sliding-window layers keep every slot too (their window is
+    applied by the forward's mask, `attention_masks.py`); models with layers other than
+    attention are refused."""
     from transformers import StaticCache
 
+    attention_windows(config)  # refuses layer types no mask serves
     cache = StaticCache(config=config, max_cache_len=size)
-    if any(type(layer).__name__ != "StaticLayer" for layer in cache.layers):
-        kinds = sorted({type(layer).__name__ for layer in cache.layers})
+    kinds = {type(layer).__name__ for layer in cache.layers}
+    if kinds - {"StaticLayer", "StaticSlidingWindowLayer"}:
         raise GenerationError(
-            f"the static cache supports full-attention layers only; this model has {kinds} "
+            f"the static cache holds attention layers only; this model has {sorted(kinds)} "
             "(use the growing cache)"
         )
     layer_class = _row_slot_layer_class()

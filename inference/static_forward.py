@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .attention_masks import layer_masks
 from .cpu_kernels import CpuKernels, verifying
 from .errors import GenerationError
 from .graphs import CapturedCall, use_cuda_graphs
@@ -179,13 +180,15 @@ class StaticForward:
         index = relative.clamp(0, width - 1)[:, None, :].expand(rows, width, columns)
         tree = ancestors.gather(2, index)  # [R, w, columns]
         allowed = (relative < 0)[:, None] | (inside[:, None] & tree)
-        blocked = torch.finfo(self.dtype).min
-        mask = torch.full((rows, width, columns), blocked, dtype=self.dtype, device=self.device)
-        mask.masked_fill_(allowed, 0)
+        positions = depths + lengths
+        # a committed slot's position is its slot; a new one's, its row's length + its depth
+        new_positions = positions.gather(1, index[:, 0])
+        key_positions = torch.where(relative < 0, self._offsets[:columns], new_positions)
+        mask = layer_masks(self.model.config, allowed, positions, key_positions, self.dtype)
         out = self.model(
             input_ids=input_ids,
-            position_ids=depths + lengths,
-            attention_mask=mask[:, None],
+            position_ids=positions,
+            attention_mask=mask,
             **(self._kwargs if all_logits else self._prefill_kwargs),
         )
         return out.logits

@@ -1,0 +1,57 @@
+"""The attention masks a runtime forward hands the target: each layer type its own.
+
+A forward over the runtime's own cache layout (rows at their own lengths, a tree's ancestors)
+passes a prepared mask, which transformers uses as it is: it does not apply a sliding window
+to a prepared mask. So the window is applied here, by position (a query at position p sees a
+key at position k when p - k < window, as transformers' own sliding masks do): one mask for
+models whose every layer attends alike (Llama; Mistral and Phi-3 with their window), a mask
+per layer type for models that mix full and sliding layers (`config.layer_types`: Gemma 2/3,
+gpt-oss, Qwen2/3 with sliding layers), the mapping those models accept in place of a mask.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .errors import GenerationError
+
+#: `config.layer_types` entries the runtime masks (every other kind is refused)
+FULL, SLIDING = "full_attention", "sliding_attention"
+#: the key of `attention_windows` for a model with one mask for every layer
+EVERY_LAYER = ""
+
+
+def attention_windows(config) -> dict[str, int | None]:
+    """{layer type: its sliding window, None for full attention}; a model without
+    `layer_types` has one entry, `EVERY_LAYER`, windowed by `config.sliding_window` (Mistral,
+    Phi-3) or not. A layer type other than full or sliding attention is refused."""
+    window = getattr(config, "sliding_window", None)
+    types = getattr(config, "layer_types", None)
+    if types is None:
+        return {EVERY_LAYER: window}
+    unknown = sorted(set(types) - {FULL, SLIDING})
+    if unknown:
+        raise GenerationError(
+            f"{config.model_type}: layer types {unknown} are not attention the runtime can mask "
+            f"(it runs {FULL!r} and {SLIDING!r} layers)"
+        )
+    return {kind: (window if kind == SLIDING else None) for kind in set(types)}
+
+
+def layer_masks(
+    config,
+    allowed: torch.Tensor,  # [R, w, K] bool: query a of row r may see key slot k
+    query_positions: torch.Tensor,  # [R, w]
+    key_positions: torch.Tensor,  # [R, K]
+    dtype: torch.dtype,
+) -> torch.Tensor | dict[str, torch.Tensor]:
+    """Additive masks [R, 1, w, K]: one tensor, or {layer type: mask} for mixed layers."""
+    windows = attention_windows(config)
+    masks, distance = {}, None
+    for kind, window in windows.items():
+        if window is not None and distance is None:
+            distance = query_positions[:, :, None] - key_positions[:, None, :]
+        seen = allowed if window is None else allowed & (distance < window)
+        mask = torch.zeros(seen.shape, dtype=dtype, device=seen.device)
+        masks[kind] = mask.masked_fill_(~seen, torch.finfo(dtype).min)[:, None]
+    return masks.pop(EVERY_LAYER) if EVERY_LAYER in masks else masks
