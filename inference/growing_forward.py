@@ -23,10 +23,15 @@ from .transfer import to_device
 def _gather(cache, rows: torch.Tensor, slots: torch.Tensor) -> None:
     """Keep cache rows `rows` [R] and, per kept row, slots `slots` [R, W] (in that order)."""
     for layer in _layers(cache):
-        keys, values = layer.keys[rows], layer.values[rows]
-        index = slots.to(keys.device)[:, None, :, None].expand(-1, keys.shape[1], -1, keys.shape[3])
-        layer.keys = torch.gather(keys, 2, index)
-        layer.values = torch.gather(values, 2, index)
+        layer.keys = _gather_slots(layer.keys[rows], slots)
+        layer.values = _gather_slots(layer.values[rows], slots)
+
+
+def _gather_slots(tensor: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+    """Per row, slots `slots` [R, W] of `tensor` [R, heads, slots, dim] (keys and values may
+    differ in heads and dim: MLA's keys and values do)."""
+    index = slots.to(tensor.device)[:, None, :, None]
+    return torch.gather(tensor, 2, index.expand(-1, tensor.shape[1], -1, tensor.shape[3]))
 
 
 class GrowingForward:

@@ -57,6 +57,7 @@ ARCHITECTURES: dict[str, tuple[str, dict]] = {
     "deepseek_v3": (
         "DeepseekV3Config",
         {
+            "num_key_value_heads": 4,  # MLA expands keys to every head, as DeepSeek-V3's own config
             "kv_lora_rank": 16,
             "q_lora_rank": None,
             "qk_rope_head_dim": 8,
@@ -91,19 +92,19 @@ def tiny_config(kind: str, vocab_size: int, layers: int = 4, special_ids=(0, 1, 
 
     class_name, own = ARCHITECTURES[kind]
     pad, bos, eos = special_ids
-    return getattr(transformers, class_name)(
-        vocab_size=vocab_size,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=512,
-        pad_token_id=pad,
-        bos_token_id=bos,
-        eos_token_id=eos,
-        **own,
-    )
+    sizes = {
+        "vocab_size": vocab_size,
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": layers,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "max_position_embeddings": 512,
+        "pad_token_id": pad,
+        "bos_token_id": bos,
+        "eos_token_id": eos,
+    }
+    return getattr(transformers, class_name)(**{**sizes, **own})
 
 
 def tiny_model(kind: str, vocab_size: int, layers: int = 4, seed: int = 0, special_ids=(0, 1, 2)):
