@@ -31,7 +31,7 @@ import torch
 from torch import nn
 
 from .families import FamilySpec
-from .target import TargetError, cache_parameter
+from .target import TargetError, cache_parameter, forward_parameters
 from .target_head import TargetHead, check_vocab_map, register_vocab_map
 
 FAMILY = "mtp"
@@ -120,14 +120,17 @@ def text_config(target_config):
 
 def block_config(target_config, depth: int):
     """A copy of the target's text config under which decoder layers N .. N + D - 1 exist
-    (extra layer types are full attention) and attention takes explicit boolean masks."""
+    (extra layer types are full attention), attending with the target's eager attention where
+    it has one (Gemma 2's soft-capping, gpt-oss' sinks), else with SDPA; masks are additive
+    (`MtpDrafter.module`), which both take."""
     config = copy.deepcopy(text_config(target_config))
     layers = config.num_hidden_layers
     layer_types = getattr(config, "layer_types", None)
     if layer_types is not None:
         config.layer_types = [*list(layer_types)[:layers], *["full_attention"] * depth]
     config.num_hidden_layers = layers + depth
-    config._attn_implementation = "sdpa"
+    eager = getattr(config, "_attn_implementation", None) == "eager"
+    config._attn_implementation = "eager" if eager else "sdpa"
     return config
 
 
@@ -181,6 +184,7 @@ class MtpDrafter(nn.Module):
         self.embed_tokens: nn.Module | None = None
         self.head: TargetHead | None = None
         self.rotary: nn.Module | None = None
+        self._rotary_kind: dict[str, str] = {}
 
     @property
     def layers_read(self) -> tuple[int, ...]:
@@ -188,10 +192,14 @@ class MtpDrafter(nn.Module):
         return (self.num_target_layers,)
 
     def attach_target(self, embed_tokens: nn.Module, lm_head: nn.Module, rotary) -> None:
-        """Share the target's embeddings, head and rotary embedding (not submodules)."""
+        """Share the target's embeddings, head and rotary embedding (not submodules). A
+        rotary embedding kept per layer type (Gemma 3: local and global) gives the modules
+        its full-attention one, their layers' type."""
         object.__setattr__(self, "embed_tokens", embed_tokens)
         object.__setattr__(self, "head", TargetHead(lm_head, getattr(self, "d2t", None)))
         object.__setattr__(self, "rotary", rotary)
+        per_type = "layer_type" in forward_parameters(type(rotary))
+        self._rotary_kind = {"layer_type": "full_attention"} if per_type else {}
 
     def drafter_state_dict(self) -> dict[str, torch.Tensor]:
         """The modules' own tensors."""
@@ -221,10 +229,19 @@ class MtpDrafter(nn.Module):
         """What module k hands over, h^{k+1} [b, s, h]: its post-norm output (`normed`) or the
         block's output before post_norm (`residual`); `logits` reads either."""
         layer = self.layers[k]
-        embeds = self.embed_tokens(input_ids).to(previous.dtype)
+        # the module's own dtype: the target's states may be kept narrower (bf16 features),
+        # and not every norm widens what it returns (Gemma's and gpt-oss' keep the input's)
+        dtype = layer.eh_proj.weight.dtype
+        previous = previous.to(dtype)
+        embeds = self.embed_tokens(input_ids).to(dtype)
         if self.hand_over == "residual":  # vLLM: "masking inputs at position 0"
             embeds = embeds.masked_fill((positions == 0)[..., None], 0.0)
-        rotary = self.rotary(embeds, positions)
+        rotary = self.rotary(embeds, positions, **self._rotary_kind)
+        if mask is not None and mask.dtype == torch.bool:
+            blocked = torch.finfo(dtype).min
+            mask = torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(
+                ~mask, blocked
+            )
         return layer(
             embeds,
             previous,
