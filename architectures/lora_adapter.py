@@ -19,8 +19,11 @@ from .errors import DraftzooError
 
 ADAPTER_DIR = "adapter"
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
-#: the Medusa paper's choice: every linear layer of the decoder
-DEFAULT_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+#: every linear layer but the output head: on Llama the seven projections the Medusa paper
+#: adapts, on any other architecture its own (Phi-3's fused `qkv_proj`, DeepSeek-V3's MLA
+#: projections; MoE experts kept as stacked tensors are not layers, so not adapted)
+ALL_LINEAR = "all-linear"
+DEFAULT_MODULES = (ALL_LINEAR,)
 
 
 class AdapterError(DraftzooError, ValueError):
@@ -43,19 +46,49 @@ class LoraSpec:
             raise ValueError("lora.dropout must be in [0, 1)")
         if not self.target_modules:
             raise ValueError("lora.target_modules must name at least one module")
+        if ALL_LINEAR in self.target_modules and len(self.target_modules) > 1:
+            raise ValueError(f"lora.target_modules: {ALL_LINEAR!r} stands alone")
 
-    def peft_config(self):
-        """This spec as peft's `LoraConfig`."""
+    def peft_config(self, modules: list[str]):
+        """This spec as peft's `LoraConfig` adapting `modules` (`resolved_modules`)."""
         from peft import LoraConfig
 
         return LoraConfig(
             r=self.rank,
             lora_alpha=self.alpha,
             lora_dropout=self.dropout,
-            target_modules=list(self.target_modules),
+            target_modules=modules,
+            target_parameters=[],  # layers only: never peft's defaults for stacked experts
             bias="none",
             task_type="CAUSAL_LM",
         )
+
+
+def linear_layers(model: nn.Module) -> dict[str, str]:
+    """{full name: last name part} of `model`'s linear layers, its output head excluded."""
+    head = model.get_output_embeddings()
+    return {
+        name: name.rsplit(".", 1)[-1]
+        for name, module in model.named_modules()
+        if isinstance(module, nn.Linear) and module is not head
+    }
+
+
+def resolved_modules(model: nn.Module, spec: LoraSpec) -> list[str]:
+    """The full names of the linear layers `spec` adapts in `model`: those whose last name
+    part it lists, or all of them (`ALL_LINEAR`). Full names, so a name that is also a
+    stacked expert tensor's (DeepSeek-V3's `down_proj`) adapts only the layers. A name no
+    linear layer has is refused."""
+    layers = linear_layers(model)
+    if ALL_LINEAR in spec.target_modules:
+        return sorted(layers)
+    missing = sorted(set(spec.target_modules) - set(layers.values()))
+    if missing:
+        raise AdapterError(
+            f"lora.target_modules {missing} are not linear layers of {type(model).__name__} "
+            f"(it has {sorted(set(layers.values()))}; {ALL_LINEAR!r} adapts them all)"
+        )
+    return sorted(name for name, last in layers.items() if last in spec.target_modules)
 
 
 def attach_lora(model: nn.Module, spec: LoraSpec):
@@ -63,14 +96,14 @@ def attach_lora(model: nn.Module, spec: LoraSpec):
     place); refuses target modules the model does not have."""
     from peft import get_peft_model
 
-    names = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
-    missing = sorted(set(spec.target_modules) - names)
-    if missing:
+    try:
+        return get_peft_model(model, spec.peft_config(resolved_modules(model, spec)))
+    except ValueError as err:  # peft's word on a model it cannot adapt so (e.g. MoE experts)
         raise AdapterError(
-            f"lora.target_modules {missing} are not modules of "
-            f"{type(model).__name__} (it has e.g. {sorted(n for n in names if 'proj' in n)})"
-        )
-    return get_peft_model(model, spec.peft_config())
+            f"peft cannot put this LoRA on {type(model).__name__}: {err} (on MoE models peft "
+            "adapts layers named as the experts' were as the stacked experts, which takes "
+            "lora.dropout: 0; or list lora.target_modules without them)"
+        ) from err
 
 
 def adapter_dir(folder: Path) -> Path:
