@@ -159,6 +159,12 @@ class TargetAdapter(nn.Module):
     def lm_head(self) -> nn.Module:
         return self.model.get_output_embeddings()
 
+    def finish_logits(self, logits: torch.Tensor) -> torch.Tensor:
+        """What the model does to its head's output before returning logits: Gemma 2/3's
+        soft-capping, Granite's division, Cohere's scale (identity for most models). Teachers
+        read the target's own distribution through it."""
+        return finish_logits(self.model.config, logits)
+
     def fingerprint(self) -> TargetFingerprint:
         """Architecture, hidden size, layer count, vocab size and tokenizer hash."""
         architectures = self.model.config.architectures or [type(self.model).__name__]
@@ -218,6 +224,24 @@ class TargetAdapter(nn.Module):
             hidden_states=dict(captured),
             cache=_returned_cache(out),
         )
+
+
+def finish_logits(config, logits: torch.Tensor) -> torch.Tensor:
+    """`logits` (a causal LM's head output) as the model returns them, by the config fields
+    transformers' models apply after the head: `final_logit_softcapping` (cap * tanh(z /
+    cap)), `logits_scaling` (z / s), `logit_scale` (z * s)."""
+    getter = getattr(config, "get_text_config", None)
+    config = getter(decoder=True) if getter else config
+    cap = getattr(config, "final_logit_softcapping", None)
+    if cap:
+        logits = torch.tanh(logits / cap) * cap
+    scaling = getattr(config, "logits_scaling", None)
+    if scaling not in (None, 1, 1.0):
+        logits = logits / scaling
+    scale = getattr(config, "logit_scale", None)
+    if scale not in (None, 1, 1.0):
+        logits = logits * scale
+    return logits
 
 
 @functools.cache

@@ -75,11 +75,17 @@ def capture_batch(
 
 
 def target_head_logits(adapter, final_hidden: torch.Tensor) -> torch.Tensor:
-    """Target logits [.., vocab] from the final post-norm hidden state, in the head's compute
-    dtype (bfloat16 under bfloat16 autocast). A frozen plain head's weight is cast to the
-    autocast dtype once and kept while it is unchanged: autocast casts a weight that needs no
-    gradient again at every call (68 ms for SmolLM2's head on two cores), and losses read the
-    head a chunk of rows at a time. The values are autocast's own."""
+    """Target logits [.., vocab] from the final post-norm hidden state, as the target returns
+    them (`TargetAdapter.finish_logits` of its head's output), in the head's compute dtype."""
+    return adapter.finish_logits(head_output(adapter, final_hidden))
+
+
+def head_output(adapter, final_hidden: torch.Tensor) -> torch.Tensor:
+    """The target's head [.., vocab] over states, in the head's compute dtype (bfloat16 under
+    bfloat16 autocast). A frozen plain head's weight is cast to the autocast dtype once and
+    kept while it is unchanged: autocast casts a weight that needs no gradient again at every
+    call (68 ms for SmolLM2's head on two cores), and losses read the head a chunk of rows at
+    a time. The values are autocast's own."""
     head = adapter.lm_head
     device = final_hidden.device.type
     frozen = type(head) is torch.nn.Linear and not head.weight.requires_grad

@@ -8,6 +8,7 @@ from draftzoo.architectures.target import (
     TargetFingerprint,
 )
 from tests.conftest import tiny_causal_lm
+from tests.tiny_architectures import ARCHITECTURES, tiny_model
 
 
 @pytest.mark.parametrize("kind", ["llama", "mistral", "qwen3"])
@@ -87,3 +88,21 @@ def test_forward_returns_the_cache_it_filled():
     out = adapter(torch.tensor([[1, 2, 3, 4]]), use_cache=True)
     assert out.cache is not None and out.cache.get_seq_length() == 4
     assert adapter(torch.tensor([[1, 2]]), use_cache=False).cache is None
+
+
+@pytest.mark.parametrize("kind", list(ARCHITECTURES))
+def test_teacher_logits_are_the_targets_own(kind):
+    """The logits teachers read from the final state equal the model's: Gemma's soft-capping
+    and Granite's scaling included."""
+    from draftzoo.data.capture import target_logits
+
+    model = tiny_model(kind, 96)
+    adapter = TargetAdapter(model)
+    input_ids = torch.randint(3, 96, (2, 11), generator=torch.Generator().manual_seed(1))
+    out = adapter(input_ids, hidden_indices=[adapter.num_layers])
+    final = out.hidden_states[adapter.num_layers]
+    torch.testing.assert_close(target_logits(adapter, final), out.logits, rtol=1e-5, atol=1e-5)
+    if kind == "granite":  # the head's output alone is not the model's
+        assert not torch.allclose(adapter.lm_head(final), out.logits, atol=1e-3)
+    if kind == "gemma2":  # capped at 30, however large the head's output
+        assert target_logits(adapter, final * 1e3).abs().max() <= 30.0

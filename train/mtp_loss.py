@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from ..architectures.acceptance_length import simulated_acceptance_length
-from ..data.capture import target_logits
+from ..data.capture import head_output, target_logits
 from .chunked_loss import rowwise
 from .eagle_losses import ahead, attention_allowed, real_positions, soft_ce
 
@@ -58,8 +58,8 @@ class MtpLoss:
 
     def _row_loss(self, hidden, final, labels) -> tuple[torch.Tensor, torch.Tensor]:
         """(loss, agreement with the target's argmax) per position; the modules share the
-        target's head, so their logits are `target_logits` of their outputs."""
-        logits = target_logits(self.target, hidden)
+        target's head, so their logits are its output over their states (as they draft)."""
+        logits = head_output(self.target, hidden).float()
         with torch.no_grad():
             teacher = target_logits(self.target, final)
             agree = logits.argmax(-1) == teacher.argmax(-1)
