@@ -13,6 +13,10 @@
   conversation file (`messages` rows, as `draftzoo user-turns` writes) serves too: its first
   user turn is the prompt.
 - `hf:NAME[:SPLIT[:COLUMN]]`: a dataset from the Hugging Face hub (real targets; needs the hub).
+
+Any named set or question file takes `:CATEGORY[,CATEGORY...]` after it for those categories
+alone, in its own order (`mt-bench:coding,math`); a category it does not have is refused,
+naming the ones it has.
 """
 
 from __future__ import annotations
@@ -178,6 +182,17 @@ def _user_turns(messages) -> list:
     return [m["content"] for m in messages if m["role"] == "user"]
 
 
+def in_categories(prompts: list[Prompt], name: str, categories: list[str]) -> list[Prompt]:
+    """The prompts of `categories`, in set order; an empty or unknown category is refused."""
+    known = list(dict.fromkeys(p.category for p in prompts))
+    unknown = [c for c in categories if c not in known]
+    if unknown or not all(categories):
+        raise PromptSetError(
+            f"{name}: no category {unknown or ['']} in that set; its categories: {', '.join(known)}"
+        )
+    return [p for p in prompts if p.category in categories]
+
+
 def hub_prompts(spec: str) -> list[Prompt]:
     """`NAME[:SPLIT[:COLUMN]]` from the Hugging Face hub (default split `test`, column
     `prompt`), through `datasets.load_dataset`."""
@@ -198,7 +213,11 @@ def hub_prompts(spec: str) -> list[Prompt]:
 
 
 def load_prompt_set(name: str) -> list[Prompt]:
-    """A prompt set: a stable name, a question file, or `hf:NAME[:SPLIT[:COLUMN]]`."""
+    """A prompt set: a stable name, a question file, or `hf:NAME[:SPLIT[:COLUMN]]`; a named
+    set or question file followed by `:CATEGORY[,CATEGORY...]`: those categories alone."""
+    base, _, wanted = name.rpartition(":")
+    if base and not name.startswith("hf:") and not Path(name).is_file():
+        return in_categories(load_prompt_set(base), name, wanted.split(","))
     if name in PROMPT_SETS:
         return PROMPT_SETS[name]()
     if name.startswith("hf:"):

@@ -370,8 +370,9 @@ def _add_measurement_options(parser: argparse.ArgumentParser) -> None:
         "--prompt-set",
         action="append",
         help="humaneval, stdlib-heldout, mt-bench, sharegpt-heldout, a question .jsonl "
-        "(MT-bench / Spec-Bench format), or hf:NAME[:SPLIT[:COLUMN]] (repeatable; default "
-        "humaneval)",
+        "(MT-bench / Spec-Bench format), or hf:NAME[:SPLIT[:COLUMN]]; a set or file then "
+        ":CATEGORY[,CATEGORY] for those alone, e.g. mt-bench:coding,math (repeatable; "
+        "default humaneval)",
     )
     parser.add_argument("--prompts", type=int, default=20, help="prompts per set (after a warm-up)")
     parser.add_argument(

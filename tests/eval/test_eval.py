@@ -310,3 +310,17 @@ def test_eval_command_measures_on_static_caches(tiny_drafters, testbed_tiny, tmp
     assert report["serving"]["verification_kernels"] == NOTE
     stock = {**report, "serving": {**report["serving"], "verification_kernels": "stock (asked)"}}
     assert group_of(report) == group_of(stock).replace("; static", "; packed CPU kernels; static")
+
+
+def test_a_prompt_set_narrowed_to_categories(tmp_path):
+    """`SET:CATEGORY[,CATEGORY]`: those categories alone, in set order; an unknown or empty
+    category is one line naming the set's own."""
+    questions = str(question_file(tmp_path / "question.jsonl"))
+    assert [p.category for p in load_prompt_set(questions + ":odd")] == ["odd", "odd"]
+    both = load_prompt_set(questions + ":odd,even")
+    assert [p.prompt_id for p in both] == ["0", "1", "2", "3"]
+    for bad in ("math", "odd,", ""):
+        with pytest.raises(PromptSetError, match=r"no category .* its categories: even, odd"):
+            load_prompt_set(f"{questions}:{bad}")
+    with pytest.raises(PromptSetError, match="unknown prompt set 'humaneva'"):
+        load_prompt_set("humaneva:humaneval")
