@@ -25,6 +25,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from .attention_masks import windowed
 from .defaults import TARGET_DTYPE_NAMES
 from .errors import DraftzooError, TargetError
 
@@ -214,9 +215,18 @@ class TargetAdapter(nn.Module):
         compute_logits: bool = True,
         **model_kwargs: Any,
     ) -> TargetOutput:
-        """Run the target, returning logits and the hidden states at `hidden_indices`."""
+        """Run the target, returning logits and the hidden states at `hidden_indices`. A
+        prepared 4D `attention_mask` (a packed batch's blocks) is windowed for the model's
+        sliding layers (`attention_masks.windowed`), which transformers would not do."""
         if not compute_logits:
             model_kwargs["logits_to_keep"] = 1
+        mask = model_kwargs.get("attention_mask")
+        if isinstance(mask, torch.Tensor) and mask.dim() == 4:
+            positions = model_kwargs.get("position_ids")
+            if positions is None:
+                positions = torch.arange(input_ids.shape[1], device=input_ids.device)
+                positions = positions.expand(input_ids.shape[0], -1)
+            model_kwargs["attention_mask"] = windowed(self.config, mask, positions)
         with self.capture(hidden_indices) as captured:
             out = self.model(input_ids=input_ids, **model_kwargs)
         return TargetOutput(

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from .attention_masks import layer_masks
+from ..architectures.attention_masks import layer_masks
 from .cpu_kernels import CpuKernels, verifying
 from .kv_cache import _layers, cache_kwargs, cache_nbytes, crop, keep_tail
 from .transfer import to_device

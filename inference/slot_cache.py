@@ -14,7 +14,7 @@ import functools
 
 import torch
 
-from .attention_masks import attention_windows
+from ..architectures.attention_masks import attention_windows
 from .errors import GenerationError
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .attention_masks import layer_masks
+from ..architectures.attention_masks import layer_masks
 from .cpu_kernels import CpuKernels, verifying
 from .errors import GenerationError
 from .graphs import CapturedCall, use_cuda_graphs

@@ -1,7 +1,7 @@
 """Targets with sliding-window layers decode exactly on every cache, batched and in trees.
 
 transformers applies no window to a prepared mask, so every runtime forward that passes one
-(batches, trees, the static cache) windows it itself (`inference/attention_masks.py`). The
+(batches, trees, the static cache) windows it itself (`architectures/attention_masks.py`). The
 tiny targets' window (8) is shorter than every sequence here, so a missed window changes the
 output.
 """
@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import pytest
 
-from draftzoo.inference.attention_masks import attention_windows
+from draftzoo.architectures.attention_masks import attention_windows
+from draftzoo.architectures.errors import TargetError
 from draftzoo.inference.batch import BatchGenerator
 from draftzoo.inference.cache_settings import CacheSettings
-from draftzoo.inference.errors import GenerationError
 from draftzoo.inference.generate import SpeculativeGenerator
 from draftzoo.inference.sampling import SamplingParams
 from tests.inference.helpers import PROMPTS, TopKTreeProposer, perturbed_copy
@@ -73,5 +73,34 @@ def test_a_layer_type_no_mask_serves_is_refused(windowed):
     model, _, _ = windowed
     config = model.config.__class__.from_dict(model.config.to_dict())
     config.layer_types = ["chunked_attention"] * config.num_hidden_layers
-    with pytest.raises(GenerationError, match=r"\['chunked_attention'\] are not attention"):
+    with pytest.raises(TargetError, match=r"\['chunked_attention'\] are not attention"):
         attention_windows(config)
+
+
+def test_a_packed_batch_through_the_target_equals_each_sample_alone(windowed):
+    """Packed training rows (Medusa-2's adapted target reads them) pass a prepared block mask:
+    the adapter windows it, so each sample reads as it does alone."""
+    import torch
+
+    from draftzoo.architectures.target import TargetAdapter
+    from draftzoo.data.batching import collate
+
+    model, _, _ = windowed
+    generator = torch.Generator().manual_seed(0)
+    samples = [torch.randint(3, 1000, (n,), generator=generator).tolist() for n in (20, 15)]
+    row = {
+        "input_ids": samples[0] + samples[1],
+        "loss_mask": [1] * 35,
+        "lengths": [20, 15],
+        "index": 0,
+    }
+    batch = collate([row], pad_token_id=0)
+    adapter = TargetAdapter(model)
+    layer = adapter.num_layers
+    with torch.no_grad():
+        packed = adapter(**batch.model_inputs(), hidden_indices=[layer]).hidden_states[layer]
+        alone = [
+            adapter(torch.tensor([s]), hidden_indices=[layer]).hidden_states[layer][0]
+            for s in samples
+        ]
+    torch.testing.assert_close(packed[0], torch.cat(alone), rtol=1e-4, atol=1e-5)

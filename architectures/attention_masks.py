@@ -1,19 +1,20 @@
-"""The attention masks a runtime forward hands the target: each layer type its own.
+"""The prepared attention masks a target is handed: each layer type its own.
 
-A forward over the runtime's own cache layout (rows at their own lengths, a tree's ancestors)
-passes a prepared mask, which transformers uses as it is: it does not apply a sliding window
-to a prepared mask. So the window is applied here, by position (a query at position p sees a
-key at position k when p - k < window, as transformers' own sliding masks do): one mask for
-models whose every layer attends alike (Llama; Mistral and Phi-3 with their window), a mask
-per layer type for models that mix full and sliding layers (`config.layer_types`: Gemma 2/3,
-gpt-oss, Qwen2/3 with sliding layers), the mapping those models accept in place of a mask.
+transformers uses a prepared (4D) mask as it is: it applies no sliding window to one. The
+runtime passes prepared masks (rows at their own lengths, a tree's ancestors) and so do
+packed training batches (one causal block per sample), so the window is applied here, by
+position (a query at position p sees a key at position k when p - k < window, as
+transformers' own sliding masks do): one mask for models whose every layer attends alike
+(Llama; Mistral and Phi-3 with their window), a mask per layer type for models that mix full
+and sliding layers (`config.layer_types`: Gemma 2/3, gpt-oss, Qwen2/3 with sliding layers),
+the mapping those models accept in place of a mask.
 """
 
 from __future__ import annotations
 
 import torch
 
-from .errors import GenerationError
+from .errors import TargetError
 
 #: `config.layer_types` entries the runtime masks (every other kind is refused)
 FULL, SLIDING = "full_attention", "sliding_attention"
@@ -31,7 +32,7 @@ def attention_windows(config) -> dict[str, int | None]:
         return {EVERY_LAYER: window}
     unknown = sorted(set(types) - {FULL, SLIDING})
     if unknown:
-        raise GenerationError(
+        raise TargetError(
             f"{config.model_type}: layer types {unknown} are not attention the runtime can mask "
             f"(it runs {FULL!r} and {SLIDING!r} layers)"
         )
@@ -47,6 +48,8 @@ def layer_masks(
 ) -> torch.Tensor | dict[str, torch.Tensor]:
     """Additive masks [R, 1, w, K]: one tensor, or {layer type: mask} for mixed layers."""
     windows = attention_windows(config)
+    if all(window is None for window in windows.values()):
+        windows = {EVERY_LAYER: None}
     masks, distance = {}, None
     for kind, window in windows.items():
         if window is not None and distance is None:
@@ -55,3 +58,11 @@ def layer_masks(
         mask = torch.zeros(seen.shape, dtype=dtype, device=seen.device)
         masks[kind] = mask.masked_fill_(~seen, torch.finfo(dtype).min)[:, None]
     return masks.pop(EVERY_LAYER) if EVERY_LAYER in masks else masks
+
+
+def windowed(config, mask: torch.Tensor, positions: torch.Tensor):
+    """A prepared additive mask [b, 1, s, s] over positions [b, s] (a packed batch's causal
+    blocks) as `layer_masks` gives it: unchanged where no layer has a window."""
+    if all(window is None for window in attention_windows(config).values()):
+        return mask
+    return layer_masks(config, mask[:, 0] == 0, positions, positions, mask.dtype)
