@@ -25,7 +25,10 @@ EVERY_LAYER = ""
 def attention_windows(config) -> dict[str, int | None]:
     """{layer type: its sliding window, None for full attention}; a model without
     `layer_types` has one entry, `EVERY_LAYER`, windowed by `config.sliding_window` (Mistral,
-    Phi-3) or not. A layer type other than full or sliding attention is refused."""
+    Phi-3) or not. A layer type other than full or sliding attention is refused. A
+    multimodal model's are its text decoder's."""
+    getter = getattr(config, "get_text_config", None)
+    config = getter(decoder=True) if getter else config
     window = getattr(config, "sliding_window", None)
     types = getattr(config, "layer_types", None)
     if types is None:

@@ -69,6 +69,15 @@ def test_trees_on_one_row_and_four_equal_target_only(windowed, cache):
     assert [o.token_ids for o in batch.generate(PROMPTS, params).outputs] == reference
 
 
+def test_a_multimodal_models_windows_are_its_text_decoders():
+    from transformers import Gemma3Config
+
+    text = {"num_hidden_layers": 2, "sliding_window": WINDOW}
+    text["layer_types"] = ["sliding_attention", "full_attention"]
+    windows = attention_windows(Gemma3Config(text_config=text))
+    assert windows == {"full_attention": None, "sliding_attention": WINDOW}
+
+
 def test_a_layer_type_no_mask_serves_is_refused(windowed):
     model, _, _ = windowed
     config = model.config.__class__.from_dict(model.config.to_dict())
