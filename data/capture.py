@@ -278,7 +278,11 @@ def _capture_range(adapter, dataset, start, stop, layers, config, pad_token_id):
 class OfflineFeatures:
     """Features read from shards (memory-mapped), padded to each batch's width."""
 
-    def __init__(self, capture_dir: Path, layers: Sequence[int]) -> None:
+    def __init__(
+        self, capture_dir: Path, layers: Sequence[int], rows_read: int | None = None
+    ) -> None:
+        """`rows_read`: the run reads the first that many samples only (`train.rows`), so a
+        capture still under way serves it once its shards cover them; None: every sample."""
         self.dir = Path(capture_dir)
         index_path = self.dir / INDEX_FILE
         if not index_path.is_file():
@@ -289,10 +293,13 @@ class OfflineFeatures:
             raise CaptureError(
                 f"{self.dir} holds layers {self.index['layers']}, not {missing}; capture again"
             )
-        done = sum(s["count"] for s in self.index["shards"])
-        if done != self.index["num_samples"]:
+        done = sum(s["count"] for s in self.index["shards"])  # shards cover a prefix
+        total = self.index["num_samples"]
+        needed = total if rows_read is None else min(rows_read, total)
+        if done < needed:
+            reads = "" if rows_read is None else f"; this run reads the first {needed}"
             raise CaptureError(
-                f"{self.dir}: capture incomplete ({done}/{self.index['num_samples']} samples); "
+                f"{self.dir}: capture incomplete ({done}/{total} samples{reads}); "
                 "rerun `draftzoo capture` to finish it"
             )
         self.layers = tuple(layers)

@@ -173,13 +173,15 @@ def _set_up(recipe, output_dir: Path, work_dir: Path, cache_dir: Path) -> Run:
     )
     dataset, heldout = split_heldout(dataset, recipe.data.heldout_rows)
     layers = recipe.capture_layers(target.num_layers)
+    if cfg.rows is not None and cfg.rows > len(dataset):
+        raise TrainRowsError(f"train.rows {cfg.rows} is more than the {len(dataset)} training rows")
     if recipe.capture.mode == "online":
         features = OnlineFeatures(target, layers, recipe.capture.dtype)
     else:
-        features = OfflineFeatures(Path(recipe.capture.dir), layers)
+        # the first `train.rows` samples are all a run without held-out rows reads
+        rows_read = cfg.rows if heldout is None else None
+        features = OfflineFeatures(Path(recipe.capture.dir), layers, rows_read)
         features.check(target.fingerprint(), data_hash, recipe.capture.dtype)
-    if cfg.rows is not None and cfg.rows > len(dataset):
-        raise TrainRowsError(f"train.rows {cfg.rows} is more than the {len(dataset)} training rows")
     start = None
     if cfg.start_from is not None:
         start = read_start_point(cfg.start_from, cfg.max_steps, data_hash)

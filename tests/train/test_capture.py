@@ -97,7 +97,7 @@ def test_capture_resumes_and_recaptures_a_corrupt_shard(setup):
 def test_offline_features_refuse_other_targets_data_and_layers(setup):
     tmp, _recipe, target, dataset, key = setup
     out = tmp / "refuse"
-    config = CaptureConfig(mode="offline", dir=str(out), shard_samples=50)
+    config = CaptureConfig(mode="offline", dir=str(out), shard_samples=4)
     capture_offline(target, dataset, [target.num_layers], out, config, key, 0)
     features = OfflineFeatures(out, [target.num_layers])
     other = replace(target.fingerprint(), hidden_size=4096)
@@ -108,10 +108,21 @@ def test_offline_features_refuse_other_targets_data_and_layers(setup):
     with pytest.raises(CaptureError, match="not \\[0\\]"):
         OfflineFeatures(out, [0])
     index = json.loads((out / "index.json").read_text())
-    index["shards"] = index["shards"][:0]
+    whole = OfflineFeatures(out, [target.num_layers])
+    first = index["shards"][0]["count"]
+    index["shards"] = index["shards"][:1]  # a capture still under way: its first shard
     (out / "index.json").write_text(json.dumps(index))
     with pytest.raises(CaptureError, match="incomplete"):
         OfflineFeatures(out, [target.num_layers])
+    with pytest.raises(CaptureError, match=f"incomplete \\({first}/.* reads the first {first + 1}"):
+        OfflineFeatures(out, [target.num_layers], rows_read=first + 1)
+    partial = OfflineFeatures(out, [target.num_layers], rows_read=first)  # `train.rows`: enough
+    batch = collate([dataset[i] for i in (first - 1, 0)], 0)
+    assert torch.equal(partial(batch)[target.num_layers], whole(batch)[target.num_layers])
+    index["shards"] = []
+    (out / "index.json").write_text(json.dumps(index))
+    with pytest.raises(CaptureError, match="incomplete"):
+        OfflineFeatures(out, [target.num_layers], rows_read=1)
     assert isinstance(TargetFingerprint.from_dict(index["target"]), TargetFingerprint)
 
 
