@@ -33,11 +33,20 @@
 #               supervised per token)
 #   DECAY       the share of each budget's steps that decays (0.2)
 #   SET_EXTRA   more --set pairs for every run
-#   ABLATIONS   NAME:KEY=VALUE[,KEY=VALUE] rows trained at ABLATION_BUDGET M (default 1) from
-#               scratch with the curve's schedule: "lk:eagle.token_loss=lk
-#               init:eagle.init_layer=-1 passes2:train.rows=724" (LK's acceptance loss; the
-#               drafter's layer started from the target's last; 1 M tokens as two passes over
-#               the first 724 rows instead of one pass over 1,448)
+#   ABLATIONS   NAME:KEY=VALUE[,KEY=VALUE] rows trained at ABLATION_BUDGET M (default 0.5)
+#               from scratch with the curve's schedule, one pass over the first rows the budget
+#               needs (4 a step: 724 at 0.5 M, so a capture still under way serves them once
+#               its first 6 shards are done): "base: lk:eagle.token_loss=lk
+#               init:eagle.init_layer=-1 passes2:train.rows=HALF" (the recipe as it is; LK's
+#               acceptance loss; the drafter's layer started from the target's last; the budget
+#               as two passes over the first half of those rows; HALF is replaced by that half).
+#               `ablate-eval` scores each row's drafter (teacher-forced and runtime tau,
+#               held-out ShareGPT prompts) and writes the table, bench/ablation_table.py.
+#               `regenerate` writes the fixed-against-regenerated row's data: the first
+#               REGENERATE_ROWS (1100) conversations' assistant turns rewritten by SmolLM2 as
+#               bench/smollm2_data.sh does (T = 0.7, top-p 0.95, <= 384 tokens a turn); add
+#               "regenerated:data.source=$RUNS/smollm2-sharegpt-regenerated.jsonl,capture.mode=online"
+#               to ABLATIONS to train and score it (online: its own text has no capture)
 set -euo pipefail
 runs=${RUNS:-runs}
 stages=${STAGES:-capture train}
@@ -108,14 +117,39 @@ drafter_of() {
 }
 # the ablation table's rows, each against the scaling curve's run of the same budget (same
 # data, same order, same schedule): NAME:KEY=VALUE[,KEY=VALUE...]
+if [[ " $stages " == *" regenerate "* ]]; then
+    draftzoo regenerate "recipes/$family/smollm2-135m-instruct.yaml" "${data[@]}" \
+        --output "$runs/smollm2-sharegpt-regenerated.jsonl" --limit "${REGENERATE_ROWS:-1100}" \
+        --temperature 0.7 --top-p 0.95 --max-new-tokens 384 --batch-size "${BATCH:-32}" \
+        --sort-window 4 --seed 0
+fi
+ablation_budget=${ABLATION_BUDGET:-0.5}
+one_pass=$(($(steps_of "$ablation_budget") * 4))
+ablations=${ABLATIONS:-base: lk:eagle.token_loss=lk init:eagle.init_layer=-1 passes2:train.rows=HALF}
+ablations=${ablations//HALF/$((one_pass / 2))}
+ablation_dir() { echo "$runs/$family-smollm2-sharegpt-${ablation_budget}m-$1"; }
 if [[ " $stages " == *" ablate "* ]]; then
-    ablations=${ABLATIONS:-lk:eagle.token_loss=lk init:eagle.init_layer=-1 passes2:train.rows=724}
     for ablation in $ablations; do
         name=${ablation%%:*}
         IFS=, read -r -a pairs <<< "${ablation#*:}"
-        train_budget "${ABLATION_BUDGET:-1}" \
-            "$runs/$family-smollm2-sharegpt-${ABLATION_BUDGET:-1}m-$name" "${pairs[@]}"
+        train_budget "$ablation_budget" "$(ablation_dir "$name")" "train.rows=$one_pass" \
+            ${pairs[@]+"${pairs[@]}"}
     done
+fi
+if [[ " $stages " == *" ablate-eval "* ]]; then
+    rows=()
+    for ablation in $ablations; do
+        name=${ablation%%:*}
+        drafter=$(ablation_dir "$name")
+        out="$runs/ablate/$name"
+        [ -f "$drafter/draftzoo.json" ] || { echo "$drafter not trained yet"; continue; }
+        [ -f "$out/report.json" ] || draftzoo eval "$drafter" --prompt-set sharegpt-heldout \
+            --prompts "${ABLATION_PROMPTS:-12}" --temperatures 0 1 --num-speculative-tokens 4 \
+            --teacher-forced --certificate-samples 0 --threads 2 --output-dir "$out"
+        rows+=(--row "$name=$drafter")
+    done
+    python bench/ablation_table.py "${rows[@]}" --reports "$runs/ablate" \
+        --output "$runs/ablate/table.md"
 fi
 if [[ " $stages " == *" curve "* ]]; then
     reports=()
