@@ -36,10 +36,12 @@
 #   ABLATIONS   NAME:KEY=VALUE[,KEY=VALUE] rows trained at ABLATION_BUDGET M (default 0.5)
 #               from scratch with the curve's schedule, one pass over the first rows the budget
 #               needs (4 a step: 724 at 0.5 M, so a capture still under way serves them once
-#               its first 6 shards are done): "base: lk:eagle.token_loss=lk
-#               init:eagle.init_layer=-1 passes2:train.rows=HALF" (the recipe as it is; LK's
-#               acceptance loss; the drafter's layer started from the target's last; the budget
-#               as two passes over the first half of those rows; HALF is replaced by that half).
+#               its first 6 shards are done): "base:eagle.init_layer=null init:
+#               lk:eagle.token_loss=lk passes2:train.rows=HALF" (the recipe as it was, its layer
+#               from random weights; the recipe as it is, its layer started from the target's
+#               last, which the base row lost to; then on top of it LK's acceptance loss, and
+#               the budget as two passes over the first half of those rows: HALF is replaced by
+#               that half).
 #               `ablate-eval` scores each row's drafter (teacher-forced and runtime tau,
 #               held-out ShareGPT prompts) and writes the table, bench/ablation_table.py.
 #               `regenerate` writes the fixed-against-regenerated row's data: the first
@@ -125,7 +127,7 @@ if [[ " $stages " == *" regenerate "* ]]; then
 fi
 ablation_budget=${ABLATION_BUDGET:-0.5}
 one_pass=$(($(steps_of "$ablation_budget") * 4))
-ablations=${ABLATIONS:-base: lk:eagle.token_loss=lk init:eagle.init_layer=-1 passes2:train.rows=HALF}
+ablations=${ABLATIONS:-base:eagle.init_layer=null init: lk:eagle.token_loss=lk passes2:train.rows=HALF}
 ablations=${ablations//HALF/$((one_pass / 2))}
 ablation_dir() { echo "$runs/$family-smollm2-sharegpt-${ablation_budget}m-$1"; }
 if [[ " $stages " == *" ablate "* ]]; then
