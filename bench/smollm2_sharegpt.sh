@@ -117,14 +117,14 @@ drafter_of() {
         echo "$runs/$family-smollm2-sharegpt-${1}m-wsd"
     fi
 }
-# the ablation table's rows, each against the scaling curve's run of the same budget (same
-# data, same order, same schedule): NAME:KEY=VALUE[,KEY=VALUE...]
 if [[ " $stages " == *" regenerate "* ]]; then
     draftzoo regenerate "recipes/$family/smollm2-135m-instruct.yaml" "${data[@]}" \
         --output "$runs/smollm2-sharegpt-regenerated.jsonl" --limit "${REGENERATE_ROWS:-1100}" \
         --temperature 0.7 --top-p 0.95 --max-new-tokens 384 --batch-size "${BATCH:-32}" \
         --sort-window 4 --seed 0
 fi
+# the ablation table's rows, NAME:KEY=VALUE[,KEY=VALUE...]: the same rows in the same order and
+# the same schedule for each, scored on the same prompts (ABLATION_PROMPTS)
 ablation_budget=${ABLATION_BUDGET:-0.5}
 one_pass=$(($(steps_of "$ablation_budget") * 4))
 ablations=${ABLATIONS:-base:eagle.init_layer=null init: lk:eagle.token_loss=lk passes2:train.rows=HALF}
@@ -146,7 +146,7 @@ if [[ " $stages " == *" ablate-eval "* ]]; then
         out="$runs/ablate/$name"
         [ -f "$drafter/draftzoo.json" ] || { echo "$drafter not trained yet"; continue; }
         [ -f "$out/report.json" ] || draftzoo eval "$drafter" --prompt-set sharegpt-heldout \
-            --prompts "${ABLATION_PROMPTS:-12}" --temperatures 0 1 --num-speculative-tokens 4 \
+            --prompts "${ABLATION_PROMPTS:-10}" --temperatures 0 1 --num-speculative-tokens 4 \
             --teacher-forced --certificate-samples 0 --threads 2 --output-dir "$out"
         rows+=(--row "$name=$drafter")
     done
