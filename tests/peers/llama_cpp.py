@@ -4,7 +4,9 @@
 It is downloaded once (checked against its sha256), unpacked, and only the binaries the tests
 and `bench/llama_cpp_bench.py` run are built (CMake, the machine's compiler, `GGML_NATIVE`),
 in `$DRAFTZOO_PEERS_DIR/llama.cpp-<version>` (default `<repo>/.peers`), rebuilt when the
-version or the build flags change. A build that fails fails the tests that need it.
+version, the build flags or the CPU change (a native build runs only on the CPU it was built
+for). A build that fails fails the tests that need it. CI keeps the build between its runs
+(`.ci/run` sets `DRAFTZOO_PEERS_DIR` to a cache outside the clone).
 
     python -m tests.peers.llama_cpp        # build it (what the llama.cpp tests do on first use)
 
@@ -18,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import platform
 import re
 import shutil
 import subprocess
@@ -48,9 +51,26 @@ def home() -> Path:
     return peers_dir() / f"llama.cpp-{VERSION}"
 
 
+def _cpu() -> str:
+    """The CPU a native build is for (`GGML_NATIVE`: its instruction set): model and flags."""
+    try:
+        info = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return f"{platform.machine()} {platform.processor()}"
+    first = info.split("\n\n")[0]
+    lines = [line for line in first.splitlines() if line.startswith(("model name", "flags"))]
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16]
+
+
 def _stamp() -> str:
     return json.dumps(
-        {"version": VERSION, "flags": CMAKE_FLAGS, "binaries": BINARIES, "git": "ceiling"}
+        {
+            "version": VERSION,
+            "flags": CMAKE_FLAGS,
+            "binaries": BINARIES,
+            "git": "ceiling",
+            "cpu": _cpu(),
+        }
     )
 
 
