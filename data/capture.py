@@ -3,19 +3,15 @@
 Both modes run the target with hooks through `states_by_sample` (each packed sample on its own,
 `sample_forward.py`) and round the states through the capture format (`feature_storage.py`: a
 float dtype, or FP8 with a scale per token), so the numbers a drafter sees are the same either
-way. Target logits are never stored (`target_head.py` recomputes them from the final state);
-where the final state is captured, an offline capture keeps what a draft-vocabulary loss reads
-of the whole vocabulary, the argmax and log-normaliser of each token's logits from the state
-as stored (`capture.teacher_reads`): the trainer then projects only the kept rows of the head.
+way. Target logits are never stored: `target_logits` recomputes them from the final post-norm
+state (HF index N) and the target's lm_head, as SpecForge does.
 
 Offline layout (`dir/`): `index.json` (layers in HF convention, dtype, bytes per token, target
-fingerprint and the dtype its forwards ran in, data hash, whether it keeps the reads, shards
-with their sample ranges, token counts and sha256) and `shard-00000.safetensors`…, each
-holding `hidden.<layer>` [tokens, hidden] (and for FP8 `scale.<layer>` [tokens]), `offsets`
-[samples + 1] and with the reads `teacher.argmax` and `teacher.log_norm` [tokens]. Shards are
-written to a temporary name and renamed, the index is rewritten atomically after each, and a
-restarted capture keeps every shard whose checksum matches; it goes on in the format it began
-with (an index from before the reads were kept holds none).
+fingerprint and the dtype its forwards ran in, data hash, shards with their sample ranges,
+token counts and sha256) and `shard-00000.safetensors`…, each holding `hidden.<layer>`
+[tokens, hidden] (and for FP8 `scale.<layer>` [tokens]) and `offsets` [samples + 1]. Shards
+are written to a temporary name and renamed, the index is rewritten atomically after each, and
+a restarted capture keeps every shard whose checksum matches.
 """
 
 from __future__ import annotations
@@ -23,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +31,6 @@ from ..architectures.output_folders import fresh_path, write_text_atomically
 from .batching import Batch, collate
 from .feature_storage import FeatureStorage
 from .sample_forward import states_by_sample
-from .target_head import TEACHER_ARGMAX, TEACHER_LOG_NORM, whole_vocab_reads
 
 logger = logging.getLogger(__name__)
 
@@ -55,10 +51,6 @@ class CaptureConfig:
     # bfloat16 | float16 | float32 | float8_e4m3 (a float32 scale per token, ~half of bfloat16)
     shard_samples: int = 512  # samples per offline shard
     batch_size: int = 8  # rows per target forward while capturing offline
-    #: offline, where the final state is captured: keep each token's argmax and log-normaliser
-    #: over the whole vocabulary (8 bytes), so EAGLE-3's loss projects only its draft
-    #: vocabulary's rows of the head (one projection per token here, not one per pass)
-    teacher_reads: bool = True
 
     def __post_init__(self) -> None:
         if self.mode not in ("online", "offline"):
@@ -82,6 +74,47 @@ def capture_batch(
     return {index: storage.round(states[index]) for index in layers}
 
 
+def target_head_logits(adapter, final_hidden: torch.Tensor) -> torch.Tensor:
+    """Target logits [.., vocab] from the final post-norm hidden state, as the target returns
+    them (`TargetAdapter.finish_logits` of its head's output), in the head's compute dtype."""
+    return adapter.finish_logits(head_output(adapter, final_hidden))
+
+
+def head_output(adapter, final_hidden: torch.Tensor) -> torch.Tensor:
+    """The target's head [.., vocab] over states, in the head's compute dtype (bfloat16 under
+    bfloat16 autocast). A frozen plain head's weight is cast to the autocast dtype once and
+    kept while it is unchanged: autocast casts a weight that needs no gradient again at every
+    call (68 ms for SmolLM2's head on two cores), and losses read the head a chunk of rows at
+    a time. The values are autocast's own."""
+    head = adapter.lm_head
+    device = final_hidden.device.type
+    frozen = type(head) is torch.nn.Linear and not head.weight.requires_grad
+    if not (frozen and torch.is_autocast_enabled(device)):
+        return head(final_hidden.to(head.weight.dtype))
+    dtype = torch.get_autocast_dtype(device)
+    bias = None if head.bias is None else _cast_once(head.bias, dtype)
+    return torch.nn.functional.linear(final_hidden.to(dtype), _cast_once(head.weight, dtype), bias)
+
+
+_CASTS: dict[int, tuple] = {}  # id(tensor) -> (weakref to it, its version, dtype, the cast)
+
+
+def _cast_once(tensor: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """`tensor.to(dtype)`, kept until `tensor` changes in place (its version counter moves)."""
+    kept = _CASTS.get(id(tensor))
+    if kept is None or kept[0]() is not tensor or kept[1:3] != (tensor._version, dtype):
+        for key in [k for k, v in _CASTS.items() if v[0]() is None]:
+            del _CASTS[key]
+        kept = (weakref.ref(tensor), tensor._version, dtype, tensor.detach().to(dtype))
+        _CASTS[id(tensor)] = kept
+    return kept[3]
+
+
+def target_logits(adapter, final_hidden: torch.Tensor) -> torch.Tensor:
+    """Target logits [.., vocab] (float32) from the final post-norm hidden state."""
+    return target_head_logits(adapter, final_hidden).float()
+
+
 class OnlineFeatures:
     """Features computed by the target inside the training step."""
 
@@ -94,24 +127,10 @@ class OnlineFeatures:
         return capture_batch(self.adapter, batch, self.layers, self.storage)
 
 
-#: bytes a token's reads take (`capture.teacher_reads`): an int32 argmax, a float32 normaliser
-READS_BYTES = 8
-
-
-def keeps_reads(config: CaptureConfig, num_layers: int, layers: Sequence[int]) -> bool:
-    """Whether an offline capture of `layers` keeps the target's reads: asked, and the final
-    state (HF index `num_layers`) among them."""
-    return config.teacher_reads and num_layers in layers
-
-
-def estimate_bytes(
-    dataset, hidden_size: int, layers: Sequence[int], storage: str, reads: bool = False
-) -> int:
-    """Disk space the offline features of `dataset` will take in format `storage` (with the
-    target's reads where `reads`)."""
+def estimate_bytes(dataset, hidden_size: int, layers: Sequence[int], storage: str) -> int:
+    """Disk space the offline features of `dataset` will take in format `storage`."""
     tokens = sum(len(ids) for ids in dataset["input_ids"])
-    per_token = FeatureStorage(storage).bytes_per_token(hidden_size, layers)
-    return tokens * (per_token + READS_BYTES * reads)
+    return tokens * FeatureStorage(storage).bytes_per_token(hidden_size, layers)
 
 
 def _sha256(path: Path) -> str:
@@ -142,13 +161,11 @@ def capture_offline(
     adapter.check_layer_indices(layers)
     out_dir = Path(out_dir)
     _claim_capture_dir(out_dir)
-    reads = keeps_reads(config, adapter.num_layers, layers)
     header = {
         "layers": sorted(set(layers)),
         "layer_convention": "hf_hidden_states (index k = input to decoder layer k; N = final norm)",
         "dtype": config.dtype,
-        "bytes_per_token": config.storage.bytes_per_token(adapter.hidden_size, sorted(set(layers)))
-        + READS_BYTES * reads,
+        "bytes_per_token": config.storage.bytes_per_token(adapter.hidden_size, sorted(set(layers))),
         "hidden_size": adapter.hidden_size,
         "target": adapter.fingerprint().to_dict(),
         #: the weights' dtype in the forwards that produced the states
@@ -156,15 +173,12 @@ def capture_offline(
         "data_hash": data_hash,
         "shard_samples": config.shard_samples,
         "num_samples": len(dataset),
-        "teacher_reads": reads,
     }
     index_path = out_dir / INDEX_FILE
     shards = _shards_done(out_dir, index_path, header)
     if not shards:  # the index claims the folder before any shard is in it
         _write_json_atomic(index_path, {**header, "shards": shards})
-    need = estimate_bytes(
-        dataset, adapter.hidden_size, header["layers"], config.dtype, header["teacher_reads"]
-    )
+    need = estimate_bytes(dataset, adapter.hidden_size, header["layers"], config.dtype)
     logger.info(
         "offline capture: %d samples, layers %s, %s, %d bytes per token, %.2f GB on disk "
         "(%d shard(s) already done)",
@@ -178,9 +192,8 @@ def capture_offline(
     first = sum(s["count"] for s in shards)
     for start in range(first, len(dataset), config.shard_samples):
         stop = min(start + config.shard_samples, len(dataset))
-        reads = header["teacher_reads"]
         tensors = _capture_range(
-            adapter, dataset, start, stop, header["layers"], config, pad_token_id, reads
+            adapter, dataset, start, stop, header["layers"], config, pad_token_id
         )
         shards.append(_write_shard(out_dir, len(shards), start, stop, tensors))
         _write_json_atomic(index_path, {**header, "shards": shards})
@@ -210,17 +223,10 @@ def _shards_done(out_dir: Path, index_path: Path, header: dict) -> list[dict]:
     identity = {k: v for k, v in header.items() if k != "bytes_per_token"}  # derived
     if "target_dtype" not in existing:  # an index written before the dtype was recorded
         identity.pop("target_dtype")
-    reads = identity.pop("teacher_reads")
     if {k: existing.get(k) for k in identity} != identity:
         raise CaptureError(
             f"{out_dir} holds a capture of other data, layers or target (or of the target in "
             "another dtype); use another dir"
-        )
-    kept = existing.get("teacher_reads", False)  # an index from before reads were kept: none
-    if kept != reads:
-        raise CaptureError(
-            f"{out_dir} holds a capture {'with' if kept else 'without'} the target's reads; "
-            f"set capture.teacher_reads={str(kept).lower()} to finish it, or use another dir"
         )
     shards = []
     for shard in existing["shards"]:
@@ -248,9 +254,7 @@ def _write_shard(out_dir: Path, number: int, start: int, stop: int, tensors: dic
     }
 
 
-def _capture_range(adapter, dataset, start, stop, layers, config, pad_token_id, reads: bool):
-    """The tensors of one shard: rows start..stop's states in the storage format, their
-    offsets, and with `reads` the target's reads from the final states as stored."""
+def _capture_range(adapter, dataset, start, stop, layers, config, pad_token_id):
     storage = config.storage
     pieces: dict[str, list[torch.Tensor]] = {}
     lengths = []
@@ -264,10 +268,6 @@ def _capture_range(adapter, dataset, start, stop, layers, config, pad_token_id, 
                 encoded = storage.encode(states[layer][b, :n])
                 for part, tensor in encoded.items():
                     pieces.setdefault(f"{part}.{layer}", []).append(tensor.contiguous())
-                if reads and layer == adapter.num_layers:  # what a trainer reads back
-                    stored = storage.decode(**encoded)
-                    for key, tensor in whole_vocab_reads(adapter, stored).items():
-                        pieces.setdefault(key, []).append(tensor)
     offsets = torch.zeros(len(lengths) + 1, dtype=torch.long)
     offsets[1:] = torch.cumsum(torch.tensor(lengths), 0)
     tensors = {key: torch.cat(parts) for key, parts in pieces.items()}
@@ -304,8 +304,6 @@ class OfflineFeatures:
             )
         self.layers = tuple(layers)
         self.storage = FeatureStorage(self.index["dtype"])
-        #: the shards keep the target's reads (`capture.teacher_reads`): each batch carries them
-        self.teacher_reads = bool(self.index.get("teacher_reads", False))
         self._handles: dict[str, object] = {}
         for shard in self.index["shards"]:  # every shard's format, before the first step
             self._open(shard["file"])
@@ -335,9 +333,6 @@ class OfflineFeatures:
         if name not in self._handles:
             handle = safe_open(str(self.dir / name), framework="pt")
             self.storage.check_shard(handle, name, self.layers)
-            reads = {TEACHER_ARGMAX, TEACHER_LOG_NORM}
-            if self.teacher_reads and not reads <= set(handle.keys()):
-                raise CaptureError(f"{name} lacks the reads its index names; capture again")
             self._handles[name] = handle
         return self._handles[name]
 
@@ -347,17 +342,12 @@ class OfflineFeatures:
                 return shard, index - shard["first"]
         raise CaptureError(f"sample {index} is in no shard of {self.dir}")
 
-    def __call__(self, batch: Batch) -> dict[int | str, torch.Tensor]:
-        """{HF index: [b, s, h] states} of `batch`'s rows, zero-padded; with the target's reads
-        also {TEACHER_ARGMAX: [b, s] long, TEACHER_LOG_NORM: [b, s] float32}."""
+    def __call__(self, batch: Batch) -> dict[int, torch.Tensor]:
         b, width = batch.input_ids.shape
-        out: dict[int | str, torch.Tensor] = {
+        out = {
             layer: torch.zeros(b, width, self.index["hidden_size"], dtype=self.storage.read_dtype)
             for layer in self.layers
         }
-        if self.teacher_reads:
-            out[TEACHER_ARGMAX] = torch.zeros(b, width, dtype=torch.long)
-            out[TEACHER_LOG_NORM] = torch.zeros(b, width, dtype=torch.float32)
         for row, index in enumerate(batch.indices.tolist()):
             shard, local = self._locate(index)
             handle = self._open(shard["file"])
@@ -367,7 +357,4 @@ class OfflineFeatures:
                 scale = handle.get_slice(f"scale.{layer}")[lo:hi] if self.storage.is_fp8 else None
                 hidden = handle.get_slice(f"hidden.{layer}")[lo:hi]
                 out[layer][row, : hi - lo] = self.storage.decode(hidden, scale)
-            if self.teacher_reads:
-                for key in (TEACHER_ARGMAX, TEACHER_LOG_NORM):
-                    out[key][row, : hi - lo] = handle.get_slice(key)[lo:hi]
-        return {key: t.to(batch.input_ids.device) for key, t in out.items()}
+        return {layer: t.to(batch.input_ids.device) for layer, t in out.items()}

@@ -94,7 +94,7 @@ def test_forward_returns_the_cache_it_filled():
 def test_teacher_logits_are_the_targets_own(kind):
     """The logits teachers read from the final state equal the model's: Gemma's soft-capping
     and Granite's scaling included."""
-    from draftzoo.data.target_head import target_logits
+    from draftzoo.data.capture import target_logits
 
     model = tiny_model(kind, 96)
     adapter = TargetAdapter(model)

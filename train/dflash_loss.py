@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from ..architectures.acceptance_length import simulated_acceptance_length
-from ..data.target_head import target_logits
+from ..data.capture import target_logits
 from .chunked_loss import rowwise
 from .eagle_losses import real_positions, soft_ce
 

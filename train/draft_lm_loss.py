@@ -7,7 +7,7 @@ from typing import ClassVar
 
 import torch
 
-from ..data.target_head import target_logits
+from ..data.capture import target_logits
 from .chunked_loss import rowwise
 from .losses import DISTILL_LOSSES, distill_loss, top1_agreement, total_variation
 

@@ -8,8 +8,8 @@ from typing import ClassVar
 import torch
 
 from ..architectures.acceptance_length import simulated_acceptance_length
+from ..data.capture import target_head_logits
 from ..data.repeats import repeated_bigrams
-from ..data.target_head import kept_head_logits, target_head_logits
 from .eagle_losses import (
     ahead,
     attention_allowed,
@@ -18,7 +18,6 @@ from .eagle_losses import (
     noisy,
     real_positions,
 )
-from .teacher_reads import stored_reads
 
 
 def eagle_loss_sums(config, drafter, module, target, states, batch, split_repeats=True, chunk=None):
@@ -69,7 +68,6 @@ def eagle_loss_sums(config, drafter, module, target, states, batch, split_repeat
         final_feature_weight=config.final_feature_weight,
         chunk=chunk,
         draft_head=_whole_head(module),
-        stored=stored_reads(states, partial(kept_head_logits, target, module.t2d)),
     )
 
 

@@ -38,7 +38,7 @@ from ..architectures.eagle import shift
 from ..data.batching import Batch
 from .chunked_loss import rowwise
 from .fused_head_loss import head_soft_ce
-from .teacher_reads import StoredReads, read_teacher, read_teacher_once
+from .teacher_reads import read_teacher, read_teacher_once
 
 Stats = dict[str, torch.Tensor]  # name -> [sum, count]
 
@@ -189,17 +189,14 @@ def _final_regression(hidden, wanted_state, head_norm) -> torch.Tensor:
     )
 
 
-def _step_token_rows(
-    head, teacher_head, d2t, t2d, token_loss: str, final, chunk, draft_head, stored=None
-):
+def _step_token_rows(head, teacher_head, d2t, t2d, token_loss: str, final, chunk, draft_head):
     """`(j, hidden, real) -> (token loss, top-1 hit)` of TTT step j: per position, or with
     `draft_head` (its norm and weight) and the soft CE, summed by `head_soft_ce`, a block of
     rows at a time. The target is read once for every step where that costs no more memory
-    than a chunk (`teacher_reads`), else a chunk's or block's rows at a time; from the
-    capture's `stored` reads and the kept rows of its head where it kept them."""
+    than a chunk (`teacher_reads`), else a chunk's or block's rows at a time."""
     token_rows = partial(_draft_token_rows, head, d2t, t2d, token_loss)
     tvd = token_loss in ACCEPTANCE_LOSS  # the whole distribution's normaliser is read too
-    once = read_teacher_once(teacher_head, final, t2d, tvd, chunk, t2d.numel(), stored)
+    once = read_teacher_once(teacher_head, final, t2d, tvd, chunk, t2d.numel())
     flat_final = final.flatten(0, 1)
     positions = torch.arange(flat_final.shape[0], device=final.device).view(final.shape[:2])
     # rows are gathered where they are used: a [rows, vocab] copy of every row at once costs
@@ -207,8 +204,7 @@ def _step_token_rows(
     if once is None:
 
         def teacher(rows: torch.Tensor) -> tuple[torch.Tensor, ...]:
-            taken = None if stored is None else stored.take(rows)
-            return read_teacher(teacher_head, flat_final[rows], t2d, tvd, taken)
+            return read_teacher(teacher_head, flat_final[rows], t2d, tvd)
 
     else:
         flat = [read.flatten(0, 1) for read in once]
@@ -246,21 +242,19 @@ def eagle3_loss_sums(
     final_feature_weight: float = 0.0,
     chunk: int | None = None,  # rows projected to the vocabulary at once
     draft_head: tuple[torch.nn.Module, torch.Tensor] | None = None,  # `head`'s norm, weight
-    stored: StoredReads | None = None,  # the capture's reads of `final`'s positions
 ) -> tuple[torch.Tensor, Stats]:
     """Summed sum_j decay^j x (the soft CE over the draft vocabulary — with
     `token_loss="tvd"`, the rejection probability instead — + `feature_weight` x the feature
     alignment to `fused`, detached, + `final_feature_weight` x SmoothL1(head_norm(h_j),
     f_{t+1+j})); per-step top-1 accuracy (with `repeated`, step 0's split by
-    `split_by_repeats`). With `stored`, the target's argmax and normaliser come from it and
-    only the draft vocabulary's rows of its head are projected: the same values."""
+    `split_by_repeats`)."""
     if feature_weight and fused is None:
         raise ValueError("feature_weight needs the fused states")
     if final_feature_weight and head_norm is None:
         raise ValueError("final_feature_weight needs the target's final norm")
 
     step_tokens = _step_token_rows(
-        head, teacher_head, d2t, t2d, token_loss, final, chunk, draft_head, stored
+        head, teacher_head, d2t, t2d, token_loss, final, chunk, draft_head
     )
     loss = torch.zeros((), device=final.device)
     stats: Stats = {}

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 from ..architectures.tree_search import calibrated_choices, estimated_acceptance
 from ..data.batching import collate
-from ..data.target_head import target_logits
+from ..data.capture import target_logits
 from .eagle_losses import ahead, real_positions
 
 #: ranks measured per head (a calibrated tree uses at most this many children per node)

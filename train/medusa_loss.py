@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from ..architectures.acceptance_length import simulated_acceptance_length
-from ..data.target_head import target_head_logits
+from ..data.capture import target_head_logits
 from .chunked_loss import rowwise
 from .eagle_losses import ahead, real_positions
 from .teacher_reads import read_teacher, read_teacher_once

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from ..architectures.acceptance_length import simulated_acceptance_length
-from ..data.target_head import head_output, target_logits
+from ..data.capture import head_output, target_logits
 from .chunked_loss import rowwise
 from .eagle_losses import ahead, attention_allowed, real_positions, soft_ce
 

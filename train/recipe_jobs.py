@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ..architectures.config_io import ConfigError
 from ..architectures.defaults import target_location
-from ..data.capture import READS_BYTES, capture_offline, estimate_bytes, keeps_reads
+from ..data.capture import capture_offline, estimate_bytes
 from ..data.conversations import RowReport
 from ..data.regenerate import RegenerateConfig, regenerate
 from .distributed import partial_state
@@ -83,14 +83,12 @@ def capture_for_recipe(
     )
     layers = sorted(set(layers or recipe.capture_layers(target.num_layers)))
     config = replace(recipe.capture, mode="offline", dir=str(out_dir))
-    reads = keeps_reads(config, target.num_layers, layers)
-    need = estimate_bytes(dataset, target.hidden_size, layers, config.dtype, reads)
-    per_token = config.storage.bytes_per_token(target.hidden_size, layers) + READS_BYTES * reads
+    need = estimate_bytes(dataset, target.hidden_size, layers, config.dtype)
+    per_token = config.storage.bytes_per_token(target.hidden_size, layers)
     announce(f"data: {report.summary()}")
     announce(
         f"disk estimate: {need / 1e9:.3f} GB for {len(dataset)} rows, layers {layers}, "
-        f"{config.dtype}{' with the target reads' if reads else ''}, {per_token} bytes per token "
-        f"-> {out_dir}"
+        f"{config.dtype}, {per_token} bytes per token -> {out_dir}"
     )
     index = capture_offline(
         target, dataset, layers, out_dir, config, data_hash, target.tokenizer.pad_token_id or 0

@@ -9,9 +9,6 @@ vocabulary, and where asked the log-normaliser over the whole vocabulary. It doe
 holding that costs no more memory than one chunk of the projection itself (`loss_chunk_rows`
 rows x the vocabulary): with a pruned draft vocabulary, or an unchunked loss. Otherwise each
 step reads its own rows (`read_teacher`), as before; the values are the same either way.
-
-Where the capture kept the whole-vocabulary argmax and log-normaliser (`StoredReads`, from
-`data/target_head.py`), they are taken from it and only the kept vocabulary is projected.
 """
 
 from __future__ import annotations
@@ -21,34 +18,9 @@ from typing import NamedTuple
 
 import torch
 
-from ..data.target_head import TEACHER_ARGMAX, TEACHER_LOG_NORM
-
 #: rows projected at a time: the whole-vocabulary logits of a block stay small (their values
 #: do not depend on it)
 READ_BLOCK = 512
-
-
-class StoredReads(NamedTuple):
-    """The target's reads an offline capture kept, with the head over the kept vocabulary."""
-
-    wanted: torch.Tensor  # [...] long: argmax over the whole vocabulary
-    log_norm: torch.Tensor  # [...] float32: logsumexp over the whole vocabulary
-    kept_head: Callable[[torch.Tensor], torch.Tensor]  # final states -> kept logits
-
-    def take(self, rows: torch.Tensor | slice) -> StoredReads:
-        """The reads at `rows` of the flattened positions."""
-        wanted, log_norm = self.wanted.flatten()[rows], self.log_norm.flatten()[rows]
-        return StoredReads(wanted, log_norm, self.kept_head)
-
-
-def stored_reads(
-    states: dict, kept_head: Callable[[torch.Tensor], torch.Tensor]
-) -> StoredReads | None:
-    """The reads a batch's features carry (`OfflineFeatures` of a capture that kept them), or
-    None."""
-    if TEACHER_ARGMAX not in states:
-        return None
-    return StoredReads(states[TEACHER_ARGMAX].long(), states[TEACHER_LOG_NORM], kept_head)
 
 
 class TeacherReads(NamedTuple):
@@ -65,13 +37,8 @@ def read_teacher(
     final: torch.Tensor,  # [n, h]
     kept: torch.Tensor | None,  # bool mask or ids of the kept vocabulary; None: all of it
     with_norm: bool,
-    stored: StoredReads | None = None,  # the capture's reads at these rows (with `kept`)
 ) -> TeacherReads:
     """The reads of `final`'s rows."""
-    if stored is not None and kept is not None:
-        kept_logits = stored.kept_head(final).float()
-        norm = stored.log_norm if with_norm else kept_logits.new_zeros(stored.wanted.shape)
-        return TeacherReads(stored.wanted, kept_logits, norm)
     logits = head(final)
     wanted = logits.argmax(-1)
     kept_logits = (logits if kept is None else logits[:, kept]).float()
@@ -97,7 +64,6 @@ def read_teacher_once(
     with_norm: bool,
     chunk: int | None,  # the loss's rows per vocabulary projection (None: all at once)
     vocab: int,
-    stored: StoredReads | None = None,  # the capture's reads of every position [b, s]
 ) -> TeacherReads | None:
     """The reads of every position [b, s, ...], projected `chunk` rows at a time; None when
     holding them would take more memory than one chunk's projection."""
@@ -108,13 +74,7 @@ def read_teacher_once(
     flat = final.reshape(positions, h)
     step = min(chunk or positions, READ_BLOCK)
     parts = [
-        read_teacher(
-            head,
-            flat[lo : lo + step],
-            kept,
-            with_norm,
-            None if stored is None else stored.take(slice(lo, lo + step)),
-        )
+        read_teacher(head, flat[lo : lo + step], kept, with_norm)
         for lo in range(0, positions, step)
     ]
     return TeacherReads(

@@ -20,7 +20,6 @@ from draftzoo.data.capture import (
     estimate_bytes,
 )
 from draftzoo.data.feature_storage import FeatureStorageError
-from draftzoo.data.target_head import TEACHER_ARGMAX, TEACHER_LOG_NORM, target_logits
 from draftzoo.data.token_dataset import build_token_dataset
 from draftzoo.train.draft_lm_loss import DraftLMLoss
 from draftzoo.train.setup import load_target
@@ -95,44 +94,6 @@ def test_capture_resumes_and_recaptures_a_corrupt_shard(setup):
     assert capture_offline(target, dataset, [target.num_layers], out, config, key, 0)["shards"]
 
 
-def test_a_capture_keeps_the_whole_vocabulary_reads_of_its_stored_final_states(setup):
-    """Each token's argmax and log-normaliser over the whole vocabulary, from its final state
-    as the trainer reads it back (FP8 here), in 8 bytes; none without the final state or when
-    asked not to. A capture goes on in the format it began with (an index from before the reads
-    were kept holds none), and a shard without the reads its index names is refused."""
-    tmp, _recipe, target, dataset, key = setup
-    layers = [1, target.num_layers]
-    out = tmp / "reads"
-    config = CaptureConfig(mode="offline", dir=str(out), dtype="float8_e4m3", shard_samples=5)
-    index = capture_offline(target, dataset, layers, out, config, key, 0)
-    assert index["teacher_reads"] and index["bytes_per_token"] == 2 * (64 + 4) + 8
-    batch = collate([dataset[i] for i in (3, 11, 0)], 0)
-    got = OfflineFeatures(out, layers)(batch)
-    real = batch.attention_mask.bool()
-    logits = target_logits(target, got[target.num_layers][real])
-    assert torch.equal(got[TEACHER_ARGMAX][real], logits.argmax(-1))
-    torch.testing.assert_close(got[TEACHER_LOG_NORM][real], torch.logsumexp(logits, -1))
-    assert not got[TEACHER_ARGMAX][~real].any() and got[TEACHER_ARGMAX].dtype == torch.long
-    without = capture_offline(target, dataset, [1], tmp / "no-final", config, key, 0)
-    plain = replace(config, teacher_reads=False)
-    old = tmp / "old"
-    assert not without["teacher_reads"]
-    assert not capture_offline(target, dataset, layers, old, plain, key, 0)["teacher_reads"]
-    assert TEACHER_ARGMAX not in OfflineFeatures(old, layers)(batch)
-    with pytest.raises(CaptureError, match=r"with the target's reads; set \S+_reads=true"):
-        capture_offline(target, dataset, layers, out, plain, key, 0)
-    index = json.loads((old / "index.json").read_text())
-    index.pop("teacher_reads")
-    (old / "index.json").write_text(json.dumps(index))
-    with pytest.raises(CaptureError, match=r"without the target's reads; set \S+_reads=false"):
-        capture_offline(target, dataset, layers, old, config, key, 0)
-    done = capture_offline(target, dataset, layers, old, plain, key, 0)  # goes on as it began
-    assert [s["sha256"] for s in done["shards"]] == [s["sha256"] for s in index["shards"]]
-    (old / "index.json").write_text(json.dumps({**index, "teacher_reads": True}))
-    with pytest.raises(CaptureError, match=r"shard-00000\.safetensors lacks the reads"):
-        OfflineFeatures(old, layers)
-
-
 def test_offline_features_refuse_other_targets_data_and_layers(setup):
     tmp, _recipe, target, dataset, key = setup
     out = tmp / "refuse"
@@ -174,9 +135,7 @@ def test_fp8_shards_read_back_what_online_fp8_capture_gives_at_half_the_bytes(se
     written = {}
     for fmt in ("bfloat16", "float8_e4m3"):
         out = tmp / f"storage-{fmt}"
-        config = CaptureConfig(
-            mode="offline", dir=str(out), dtype=fmt, batch_size=4, teacher_reads=False
-        )  # the states alone (the reads: `test_a_capture_keeps_the_whole_vocabulary_reads...`)
+        config = CaptureConfig(mode="offline", dir=str(out), dtype=fmt, batch_size=4)
         index = capture_offline(target, dataset, layers, out, config, key, 0)
         per_token = index["bytes_per_token"]
         tokens = sum(s["tokens"] for s in index["shards"])

@@ -165,7 +165,7 @@ def _eagle3_unroll(target, steps: int = 3, s: int = 16):
     (drafter, g0 (a leaf), step outputs, select, eagle3_loss_sums' positional args, whose
     final states are random and read by the target's head)."""
     from draftzoo.architectures.eagle import EagleConfig, build_eagle
-    from draftzoo.data.target_head import target_logits
+    from draftzoo.data.capture import target_logits
 
     h, vocab = target.hidden_size, target.lm_head.weight.shape[0]
     drafter = build_eagle(EagleConfig(layers=(0, 1, 2), ttt_steps=steps), target)

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from draftzoo.architectures.drafter_io import read_drafter_record
 from draftzoo.architectures.medusa import MedusaConfig, build_medusa
 from draftzoo.data.batching import collate
-from draftzoo.data.target_head import target_logits
+from draftzoo.data.capture import target_logits
 from draftzoo.data.token_dataset import build_token_dataset
 from draftzoo.train.medusa import run
 from draftzoo.train.medusa_loss import MedusaLossConfig, medusa_loss_sums
