@@ -51,6 +51,9 @@ class RowReport:
     examples: list[str] = field(default_factory=list)  # the first few "row N: reason"
     #: regeneration: answers whose length was cut to the room the writer's context leaves
     capped: int = 0
+    #: regeneration: assistant turns not written because their prompt filled the training
+    #: window (each ends its conversation there)
+    beyond_window: int = 0
 
     def add_malformed(self, row: int, reason: str) -> None:
         self.malformed[reason] += 1
@@ -66,6 +69,8 @@ class RowReport:
         }
         if self.capped:
             out["capped"] = self.capped
+        if self.beyond_window:
+            out["beyond_window"] = self.beyond_window
         return out
 
     @classmethod
@@ -76,6 +81,7 @@ class RowReport:
             Counter(data["malformed"]),
             list(data["examples"]),
             data.get("capped", 0),
+            data.get("beyond_window", 0),
         )
 
     def summary(self) -> str:

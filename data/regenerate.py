@@ -8,11 +8,16 @@ model on the target's tokenizer (a trained draft LM) can write them instead: on-
 
 The output is a .jsonl of `{"row": N, "messages": [...], "answers": [...]}` in source order,
 written window by window (each window of `sort_window` batches is generated grouped by prompt
-length; flushed and fsynced); a rerun keeps the rows already written, drops a torn last line,
-and continues. `answers` says of each regenerated assistant turn, in order, how many tokens the
-writer generated and whether it ended the turn itself (`finished`) or stopped at its token cap
-(`data/answer_report.py` counts them). Plain-text rows are copied unchanged. Malformed rows are
-counted as in training.
+length; flushed and fsynced). With a training window (`RegenerateConfig.window`: the recipe's
+data.max_length when it truncates on the right, as `draftzoo regenerate` sets it) only what
+training reads is written: an answer stops where the window ends, and a later assistant turn
+whose prompt already fills it is dropped with the rest of its conversation (by the original
+answers' lengths, ShareGPT's first 1,100 conversations at 1,024 tokens need 0.68 M of 1.06 M
+answer tokens, and none of the late turns' long prompts). A rerun keeps the rows already
+written, drops a torn last line, and continues. `answers` says of each regenerated assistant
+turn, in order, how many tokens the writer generated and whether it ended the turn itself
+(`finished`) or stopped at its token cap or the window (`data/answer_report.py` counts them).
+Plain-text rows are copied unchanged. Malformed rows are counted as in training.
 
 A record beside the output (`<output>.regenerate.json`, naming the source) marks the file as
 this command's own: an existing file without it (the source itself, any file of the user's)
@@ -58,6 +63,11 @@ class RegenerateConfig:
     #: batches whose conversations are grouped by prompt length before generating, so that a
     #: batch pads to similar lengths (1: batches in source order); written back in source order
     sort_window: int = 8
+    #: the tokens of a conversation training reads (data.max_length, truncation right): an
+    #: answer stops where they end (a first answer writes at least one token), and a later
+    #: assistant turn whose prompt fills them is not written, nor any turn after it; None:
+    #: whole conversations
+    window: int | None = None
 
     def __post_init__(self) -> None:
         check_seed(self.seed, "seed", DataError)
@@ -70,6 +80,14 @@ class RegenerateConfig:
                 raise DataError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.limit is not None and self.limit < 1:
             raise DataError(f"limit must be >= 1, got {self.limit}")
+        if self.window is not None and self.window < 1:
+            raise DataError(f"window must be >= 1, got {self.window}")
+
+
+def training_window(data: DataConfig) -> int | None:
+    """The tokens of each conversation training on `data` reads: its max_length when it cuts
+    longer rows on the right (None when it drops them whole)."""
+    return data.max_length if data.truncation == "right" else None
 
 
 #: what the record beside an output says of the file
@@ -128,6 +146,8 @@ def claim_output(output: Path, source: str, settings: dict | None = None) -> set
             "rerun with that source"
         )
     kept = claimed.get("settings")
+    if kept is not None:
+        kept = {"window": None, **kept}  # a record from before windows: whole conversations
     if kept is not None and settings is not None and kept != settings:
         changed = sorted(k for k in {*kept, *settings} if kept.get(k) != settings.get(k))
         said = ", ".join(f"{k} {kept.get(k)!r}" for k in changed)
@@ -146,6 +166,7 @@ def answer_settings(config: RegenerateConfig, writer) -> dict:
         "top_p": config.top_p,
         "max_new_tokens": config.max_new_tokens,
         "writer": str(name) if name else type(writer).__name__,
+        "window": config.window,
     }
 
 
@@ -215,33 +236,58 @@ def _lengths(new: torch.Tensor, stop: set[int]) -> list[dict]:
     ]
 
 
+def _encode(tokenizer, contexts: list[list[dict]], device) -> dict[str, torch.Tensor]:
+    """The contexts' prompts (each ending with the generation prompt), left-padded."""
+    prompts = [render_chat(tokenizer, c, add_generation_prompt=True) for c in contexts]
+    encoded = tokenizer(prompts, add_special_tokens=False, return_tensors="pt", padding=True)
+    return {k: v.to(device) for k, v in encoded.items()}
+
+
 @torch.no_grad()
 def _answer(
-    model, tokenizer, contexts: list[list[dict]], config: RegenerateConfig
+    model, tokenizer, encoded: dict[str, torch.Tensor], config: RegenerateConfig, rooms: list[int]
 ) -> tuple[list[str], list[dict], int]:
-    """`model`'s answers to each context (a message list ending before an assistant turn), their
+    """`model`'s answers to the `encoded` prompts, each at most its `rooms` tokens, their
     lengths (`_lengths`), and how many were capped to the room the writer's context leaves
     (the batch's longest prompt sets it; a prompt that fills the context gets an empty answer,
     counted)."""
-    prompts = [render_chat(tokenizer, c, add_generation_prompt=True) for c in contexts]
-    encoded = tokenizer(prompts, add_special_tokens=False, return_tensors="pt", padding=True)
-    encoded = {k: v.to(model.device) for k, v in encoded.items()}
+    count = encoded["input_ids"].shape[0]
     room = answer_room(model, encoded["input_ids"].shape[1], config.max_new_tokens)
-    capped = len(contexts) if room < config.max_new_tokens else 0
+    capped = count if room < config.max_new_tokens else 0
     if room == 0:
-        return [""] * len(contexts), [{"tokens": 0, "finished": False}] * len(contexts), capped
+        return [""] * count, [{"tokens": 0, "finished": False}] * count, capped
     sampling = {"do_sample": False}
     if config.temperature > 0:
         sampling = {"do_sample": True, "temperature": config.temperature, "top_p": config.top_p}
     out = model.generate(
         **encoded,
-        max_new_tokens=room,
+        max_new_tokens=min(room, max(rooms)),
         pad_token_id=tokenizer.pad_token_id,
         **sampling,
     )
     new = out[:, encoded["input_ids"].shape[1] :]
-    answers = [tokenizer.decode(ids, skip_special_tokens=True).strip() for ids in new]
-    return answers, _lengths(new, stop_ids(model, tokenizer)), capped
+    lengths = _lengths(new, stop_ids(model, tokenizer))
+    answers = []
+    for r, ids in enumerate(new):
+        if lengths[r]["tokens"] >= rooms[r]:  # not ended within its own room: cut there
+            ids = ids[: rooms[r]]
+            lengths[r] = {"tokens": rooms[r], "finished": False}
+        answers.append(tokenizer.decode(ids, skip_special_tokens=True).strip())
+    return answers, lengths, capped
+
+
+def _window_rooms(encoded: dict, config: RegenerateConfig, answered: list[bool]) -> list[int]:
+    """Each prompt's new tokens at most: `max_new_tokens`, within `config.window` of the
+    conversation where one is set; 0 (not written) for a prompt that fills the window after an
+    answer of its conversation was written, 1 for a first answer's."""
+    lengths = encoded["attention_mask"].sum(1).tolist()
+    if config.window is None:
+        return [config.max_new_tokens] * len(lengths)
+    rooms = []
+    for length, earlier in zip(lengths, answered, strict=True):
+        left = config.window - length
+        rooms.append(min(config.max_new_tokens, left) if left > 0 else 0 if earlier else 1)
+    return rooms
 
 
 def _prompt_tokens(tokenizer, sample: Sample) -> int:
@@ -258,7 +304,8 @@ def _answer_turns(
     writer, tokenizer, batch: list[Sample], config: RegenerateConfig, report: RowReport
 ) -> tuple[dict, dict]:
     """({row: messages with every assistant turn rewritten in order}, {row: the answers'
-    lengths}) for one batch; capped answers are counted in `report`."""
+    lengths}) for one batch; capped answers are counted in `report`, and with a window the
+    turns not written because their prompt filled it (`_window_rooms`)."""
     rows = {s.row: list(s.messages) if s.messages else None for s in batch}
     lengths: dict[int, list[dict]] = {r: [] for r in rows}
     turns = max((len(m) for m in rows.values() if m), default=0)
@@ -268,8 +315,19 @@ def _answer_turns(
         ]
         if not asking:
             continue
-        contexts = [rows[r][:turn] for r in asking]
-        answers, answered, capped = _answer(writer, tokenizer, contexts, config)
+        encoded = _encode(tokenizer, [rows[r][:turn] for r in asking], writer.device)
+        rooms = _window_rooms(encoded, config, [bool(lengths[r]) for r in asking])
+        for r in [r for r, room in zip(asking, rooms, strict=True) if room == 0]:
+            report.beyond_window += sum(m["role"] == "assistant" for m in rows[r][turn:])
+            last = max(i for i, m in enumerate(rows[r][:turn]) if m["role"] == "assistant")
+            rows[r] = rows[r][: last + 1]  # the conversation ends with its last answer
+        if 0 in rooms:
+            keep = [i for i, room in enumerate(rooms) if room]
+            asking, rooms = [asking[i] for i in keep], [rooms[i] for i in keep]
+            if not asking:
+                continue
+            encoded = _encode(tokenizer, [rows[r][:turn] for r in asking], writer.device)
+        answers, answered, capped = _answer(writer, tokenizer, encoded, config, rooms)
         report.capped += capped
         for r, answer, length in zip(asking, answers, answered, strict=True):
             rows[r][turn] = {"role": "assistant", "content": answer}

@@ -128,7 +128,7 @@ def _check_recipe(recipe) -> int:
 
 
 def _regenerate(args: argparse.Namespace) -> int:
-    from draftzoo.data.regenerate import RegenerateConfig, record_answer_report
+    from draftzoo.data.regenerate import RegenerateConfig, record_answer_report, training_window
     from draftzoo.train.recipe_jobs import regenerate_for_recipe
     from draftzoo.train.registry import load_recipe
 
@@ -141,11 +141,17 @@ def _regenerate(args: argparse.Namespace) -> int:
         seed=args.seed,
         limit=args.limit,
         sort_window=args.sort_window,
+        window=None if args.whole_conversations else training_window(recipe.data),
     )
     written, report = regenerate_for_recipe(recipe, Path(args.output), config, args.writer)
     print(f"data: {report.summary()}")
     if report.capped:
         print(f"capped: {report.capped} answers cut to the room the writer's context leaves")
+    if report.beyond_window:
+        print(
+            f"beyond the training window ({config.window} tokens): {report.beyond_window} "
+            "assistant turns not written"
+        )
     print(f"wrote {written} regenerated rows to {args.output}")
     print(f"answers: {record_answer_report(Path(args.output)).summary()}")
     return 0

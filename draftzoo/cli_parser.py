@@ -284,6 +284,12 @@ def build_parser(handlers: Mapping[str, Callable]) -> argparse.ArgumentParser:
     regen.add_argument("--seed", type=int, default=0, help="sampling seed")
     regen.add_argument("--limit", type=int, help="regenerate only the first N usable rows")
     regen.add_argument(
+        "--whole-conversations",
+        action="store_true",
+        help="answer every turn in full; by default only what training reads is written "
+        "(the recipe's data.max_length tokens of each conversation, when it truncates right)",
+    )
+    regen.add_argument(
         "--sort-window",
         type=int,
         default=8,

@@ -129,13 +129,13 @@ def test_batches_group_prompts_by_length_and_rows_keep_their_order(
             handle.write(json.dumps({"messages": turns}) + "\n")
     target = load_target(TargetSpec(path=str(testbed_tiny[0])), "cpu")
     calls: list[list[int]] = []
-    answer = regen._answer
+    encode = regen._encode
 
-    def recording(model, tokenizer, contexts, config):
+    def recording(tokenizer, contexts, device):
         calls.append([c[0]["content"].count("word") for c in contexts])
-        return answer(model, tokenizer, contexts, config)
+        return encode(tokenizer, contexts, device)
 
-    monkeypatch.setattr(regen, "_answer", recording)
+    monkeypatch.setattr(regen, "_encode", recording)
     for window, expected in ((3, [[1, 2], [3, 5], [7, 9]]), (1, [[1, 9], [3, 7], [2, 5]])):
         calls.clear()
         out = tmp_path / f"window-{window}.jsonl"
@@ -296,7 +296,7 @@ def test_a_resume_with_other_answer_settings_is_refused(testbed_tiny, tmp_path):
     config = RegenerateConfig(max_new_tokens=4, batch_size=2, limit=2, temperature=1.0)
     regenerate(target, DataConfig(source=str(source)), out, config)
     before = out.read_bytes()
-    for changed in ({"temperature": 0.5}, {"max_new_tokens": 5}):
+    for changed in ({"temperature": 0.5}, {"max_new_tokens": 5}, {"window": 64}):
         with pytest.raises(DataError, match="resume with those settings"):
             regenerate(target, DataConfig(source=str(source)), out, replace(config, **changed))
     assert out.read_bytes() == before
@@ -304,3 +304,64 @@ def test_a_resume_with_other_answer_settings_is_refused(testbed_tiny, tmp_path):
         target, DataConfig(source=str(source)), out, replace(config, limit=4, batch_size=4)
     )
     assert written == 2 and len(out.read_text().splitlines()) == 4
+
+
+def test_only_what_the_training_window_reads_is_written(testbed_tiny, tmp_path):
+    """With a window of W tokens (data.max_length, cut on the right) every written answer
+    starts inside it and stops at its end, a later turn whose prompt fills it is dropped with
+    the rest of its conversation (counted), a first answer is always written, the rows are a
+    valid source, and the window is one of the settings a resume must repeat (a record from
+    before windows resumes as whole conversations)."""
+    target = load_target(TargetSpec(path=str(testbed_tiny[0])), "cpu")
+    tokenizer = target.tokenizer
+    source = tmp_path / "turns.jsonl"
+    long_user = {"role": "user", "content": "def add(a, b): return a + b\n" * 12}
+    with source.open("w") as handle:
+        for turns in (1, 3, 4):
+            messages = []
+            for turn in range(turns):
+                messages += [
+                    {"role": "user", "content": f"Write function number {turn}."},
+                    {"role": "assistant", "content": "x"},
+                ]
+            handle.write(json.dumps({"messages": messages}) + "\n")
+        handle.write(json.dumps({"messages": [long_user, {"role": "assistant", "content": "x"}]}))
+
+    def tokens(messages: list[dict], prompt: bool) -> int:
+        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=prompt)
+        return len(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    window = 72
+    assert tokens([long_user], True) >= window  # its first answer has no room: one token
+    data = DataConfig(source=str(source))
+    whole, windowed = tmp_path / "whole.jsonl", tmp_path / "windowed.jsonl"
+    regenerate(target, data, whole, RegenerateConfig(max_new_tokens=24, batch_size=2))
+    config = RegenerateConfig(max_new_tokens=24, batch_size=2, window=window)
+    written, report = regenerate(target, data, windowed, config)
+    rows = [json.loads(line) for line in windowed.read_text().splitlines()]
+    everything = [json.loads(line) for line in whole.read_text().splitlines()]
+    assert written == 4 and report.beyond_window > 0
+    pairs = zip(everything, rows, strict=True)
+    dropped = sum(len(a["answers"]) - len(b["answers"]) for a, b in pairs)
+    assert dropped == report.beyond_window
+    for row in rows:
+        messages = row["messages"]
+        assert messages[-1]["role"] == "assistant"
+        assert len(row["answers"]) == sum(m["role"] == "assistant" for m in messages)
+        for i, message in enumerate(messages):
+            if message["role"] != "assistant" or i == 1:
+                continue
+            assert tokens(messages[:i], True) < window  # a later answer starts in the window
+        start = tokens(messages[:-1], True)
+        if start < window:  # the last answer stops where the window ends
+            assert row["answers"][-1]["tokens"] <= window - start
+    assert rows[-1]["answers"] == [{"tokens": 1, "finished": False}]
+    assert len(list(iter_samples(iter_rows(windowed), "auto", True, RowReport()))) == 4
+    assert RowReport.from_dict(report.to_dict()).beyond_window == report.beyond_window
+    with pytest.raises(DataError, match="window 72"):
+        regenerate(target, data, windowed, replace(config, window=None))
+    record = output_record(whole)
+    kept = json.loads(record.read_text())
+    kept["settings"].pop("window")  # a record from before windows were kept
+    record.write_text(json.dumps(kept))
+    assert regenerate(target, data, whole, replace(config, window=None))[0] == 0
