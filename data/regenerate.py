@@ -317,16 +317,18 @@ def _answer_turns(
             continue
         encoded = _encode(tokenizer, [rows[r][:turn] for r in asking], writer.device)
         rooms = _window_rooms(encoded, config, [bool(lengths[r]) for r in asking])
-        for r in [r for r, room in zip(asking, rooms, strict=True) if room == 0]:
-            report.beyond_window += sum(m["role"] == "assistant" for m in rows[r][turn:])
-            last = max(i for i, m in enumerate(rows[r][:turn]) if m["role"] == "assistant")
-            rows[r] = rows[r][: last + 1]  # the conversation ends with its last answer
-        if 0 in rooms:
+        if 0 in rooms:  # those conversations end with their last answer in the window
+            for r in [r for r, room in zip(asking, rooms, strict=True) if room == 0]:
+                report.beyond_window += sum(m["role"] == "assistant" for m in rows[r][turn:])
+                last = max(i for i, m in enumerate(rows[r][:turn]) if m["role"] == "assistant")
+                rows[r] = rows[r][: last + 1]
             keep = [i for i, room in enumerate(rooms) if room]
-            asking, rooms = [asking[i] for i in keep], [rooms[i] for i in keep]
-            if not asking:
+            if not keep:
                 continue
-            encoded = _encode(tokenizer, [rows[r][:turn] for r in asking], writer.device)
+            asking, rooms = [asking[i] for i in keep], [rooms[i] for i in keep]
+            # the prompts are left-padded: the kept rows, less the padding only others needed
+            width = int(encoded["attention_mask"][keep].sum(1).max())
+            encoded = {k: v[keep][:, -width:] for k, v in encoded.items()}
         answers, answered, capped = _answer(writer, tokenizer, encoded, config, rooms)
         report.capped += capped
         for r, answer, length in zip(asking, answers, answered, strict=True):
