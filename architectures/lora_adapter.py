@@ -96,14 +96,20 @@ def attach_lora(model: nn.Module, spec: LoraSpec):
     place); refuses target modules the model does not have."""
     from peft import get_peft_model
 
+    modules = resolved_modules(model, spec)
     try:
-        return get_peft_model(model, spec.peft_config(resolved_modules(model, spec)))
+        adapted = get_peft_model(model, spec.peft_config(modules))
     except ValueError as err:  # peft's word on a model it cannot adapt so (e.g. MoE experts)
         raise AdapterError(
             f"peft cannot put this LoRA on {type(model).__name__}: {err} (on MoE models peft "
             "adapts layers named as the experts' were as the stacked experts, which takes "
             "lora.dropout: 0; or list lora.target_modules without them)"
         ) from err
+    # peft shortens a long module list to the suffixes that tell the modules apart and saves
+    # those; loading reads a suffix that is also a stacked-expert tensor's name (DeepSeek-V3's
+    # `down_proj`) as that tensor: the saved config names the modules adapted in full
+    adapted.peft_config["default"].target_modules = modules
+    return adapted
 
 
 def adapter_dir(folder: Path) -> Path:

@@ -92,6 +92,10 @@ def test_a_run_exports_heads_adapter_drift_and_calibrated_tree(testbed_tiny, cha
     # the adapter is peft's own format, for the recorded base, and loads with peft
     adapter = json.loads((folder / "adapter" / "adapter_config.json").read_text())
     assert adapter["r"] == 4 and adapter["base_model_name_or_path"] == str(testbed_tiny[0])
+    # the modules adapted, each by its full name (never the suffixes peft shortens them to)
+    weights = load_file(str(folder / "adapter" / "adapter_model.safetensors"))
+    adapted = {k.split(".lora_")[0] for k in weights}
+    assert {f"base_model.model.{m}" for m in adapter["target_modules"]} == adapted
     assert not (folder / "adapter" / "README.md").exists()
     base = AutoModelForCausalLM.from_pretrained(testbed_tiny[0])
     peft_model = PeftModel.from_pretrained(base, str(folder / "adapter"))
