@@ -365,3 +365,63 @@ def test_only_what_the_training_window_reads_is_written(testbed_tiny, tmp_path):
     kept["settings"].pop("window")  # a record from before windows were kept
     record.write_text(json.dumps(kept))
     assert regenerate(target, data, whole, replace(config, window=None))[0] == 0
+
+
+def test_later_turns_reuse_the_cache_and_answer_as_a_fresh_prefill_would(
+    testbed_tiny, tmp_path, monkeypatch
+):
+    """Turn after turn a batch keeps its cache: a later turn prefills only what is new (the
+    user's turn after the answer), rows of several lengths leave it as their conversations end,
+    and every greedy answer equals the one a fresh prefill of its whole conversation gets, one
+    conversation at a time."""
+    import draftzoo.data.regenerate as regen
+
+    target = load_target(TargetSpec(path=str(testbed_tiny[0])), "cpu")
+    tokenizer = target.tokenizer
+    asks = ["Sort a list.", "Reverse a string in place, please.", "Add.", "Parse a date"]
+    source = tmp_path / "turns.jsonl"
+    with source.open("w") as handle:
+        for n, ask in enumerate(asks):
+            messages = []
+            for turn in range(1 + n % 3):
+                messages += [
+                    {"role": "user", "content": f"{ask} Then step {turn}." * (1 + turn)},
+                    {"role": "assistant", "content": "x"},
+                ]
+            handle.write(json.dumps({"messages": messages}) + "\n")
+    fed: list[int] = []
+    generate = target.model.generate
+
+    def counting(**inputs):
+        cache = inputs.get("cache", inputs.get("past_key_values"))
+        held = cache.get_seq_length() if cache is not None else 0
+        fed.append(int(inputs["attention_mask"][:, held:].sum()))
+        return generate(**inputs)
+
+    monkeypatch.setattr(target.model, "generate", counting)
+    out = tmp_path / "regen.jsonl"
+    config = RegenerateConfig(max_new_tokens=10, batch_size=4)
+    regenerate(target, DataConfig(source=str(source)), out, config)
+    monkeypatch.setattr(target.model, "generate", generate)
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    new_tokens = later_turns = 0
+    for row in rows:
+        messages, before = [], 0
+        for i, message in enumerate(row["messages"]):
+            if message["role"] == "user":
+                messages.append(message)
+                continue
+            text = regen.render_chat(tokenizer, messages, add_generation_prompt=True)
+            ids = tokenizer(text, add_special_tokens=False, return_tensors="pt")["input_ids"]
+            new_tokens += ids.shape[1] - before
+            later_turns += before > 0
+            before = ids.shape[1]
+            with torch.no_grad():
+                greedy = target.model.generate(ids, max_new_tokens=10, do_sample=False)
+            answer = tokenizer.decode(greedy[0, ids.shape[1] :], skip_special_tokens=True).strip()
+            assert message == {"role": "assistant", "content": answer}, (row["row"], i)
+            messages.append(message)
+    assert later_turns == 3 and len(fed) == 3  # one generate call a turn
+    # a later turn feeds what its prompt adds to the last one (with the answer's last token,
+    # not in the cache yet), never the conversation again
+    assert sum(fed) <= new_tokens + later_turns
