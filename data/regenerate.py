@@ -41,13 +41,11 @@ import torch
 from ..architectures.config_io import check_seed
 from ..architectures.defaults import ANSWER_MAX_NEW_TOKENS, TEMPERATURE
 from ..architectures.output_folders import appending, output_lock, write_text_atomically
-from ..architectures.target import returned_cache
 from .answer_report import AnswerReport, answer_report
 from .conversations import RowReport, Sample, iter_rows, iter_samples
 from .errors import DataError
 from .loss_mask import render_chat
 from .token_dataset import DataConfig
-from .turn_cache import TurnCache
 
 logger = logging.getLogger(__name__)
 
@@ -247,38 +245,27 @@ def _encode(tokenizer, contexts: list[list[dict]], device) -> dict[str, torch.Te
 
 @torch.no_grad()
 def _answer(
-    model,
-    tokenizer,
-    turns: TurnCache,
-    prompts: dict[int, list[int]],
-    config: RegenerateConfig,
-    rooms: list[int],
+    model, tokenizer, encoded: dict[str, torch.Tensor], config: RegenerateConfig, rooms: list[int]
 ) -> tuple[list[str], list[dict], int]:
-    """`model`'s answers to the `prompts` (token ids by conversation, in the order of
-    `rooms`), each at most its `rooms` tokens, their lengths (`_lengths`), and how many were
-    capped to the room the writer's context leaves (the longest prompt sets it; a prompt that
-    fills the context gets an empty answer, counted). The batch's cache (`turns`) prefills only
-    what it does not hold yet."""
-    count = len(prompts)
-    room = answer_room(model, max(len(p) for p in prompts.values()), config.max_new_tokens)
+    """`model`'s answers to the `encoded` prompts, each at most its `rooms` tokens, their
+    lengths (`_lengths`), and how many were capped to the room the writer's context leaves
+    (the batch's longest prompt sets it; a prompt that fills the context gets an empty answer,
+    counted)."""
+    count = encoded["input_ids"].shape[0]
+    room = answer_room(model, encoded["input_ids"].shape[1], config.max_new_tokens)
     capped = count if room < config.max_new_tokens else 0
     if room == 0:
         return [""] * count, [{"tokens": 0, "finished": False}] * count, capped
     sampling = {"do_sample": False}
     if config.temperature > 0:
         sampling = {"do_sample": True, "temperature": config.temperature, "top_p": config.top_p}
-    inputs, _ = turns.inputs(prompts)
-    width = inputs["input_ids"].shape[1]
     out = model.generate(
-        **inputs,
+        **encoded,
         max_new_tokens=min(room, max(rooms)),
         pad_token_id=tokenizer.pad_token_id,
-        return_dict_in_generate=True,
         **sampling,
     )
-    turns.generated(out.sequences, returned_cache(out), list(prompts))
-    where = {row: i for i, row in enumerate(turns.rows)}
-    new = out.sequences[[where[row] for row in prompts], width:]
+    new = out[:, encoded["input_ids"].shape[1] :]
     lengths = _lengths(new, stop_ids(model, tokenizer))
     answers = []
     for r, ids in enumerate(new):
@@ -318,12 +305,10 @@ def _answer_turns(
 ) -> tuple[dict, dict]:
     """({row: messages with every assistant turn rewritten in order}, {row: the answers'
     lengths}) for one batch; capped answers are counted in `report`, and with a window the
-    turns not written because their prompt filled it (`_window_rooms`). The batch keeps its
-    cache from turn to turn (`TurnCache`)."""
+    turns not written because their prompt filled it (`_window_rooms`)."""
     rows = {s.row: list(s.messages) if s.messages else None for s in batch}
     lengths: dict[int, list[dict]] = {r: [] for r in rows}
     turns = max((len(m) for m in rows.values() if m), default=0)
-    cache = TurnCache(writer, [r for r, m in rows.items() if m], tokenizer.pad_token_id)
     for turn in range(turns):
         asking = [
             r for r, m in rows.items() if m and turn < len(m) and m[turn]["role"] == "assistant"
@@ -338,28 +323,18 @@ def _answer_turns(
                 last = max(i for i, m in enumerate(rows[r][:turn]) if m["role"] == "assistant")
                 rows[r] = rows[r][: last + 1]
             keep = [i for i, room in enumerate(rooms) if room]
+            if not keep:
+                continue
             asking, rooms = [asking[i] for i in keep], [rooms[i] for i in keep]
-            encoded = {k: v[keep] for k, v in encoded.items()}
-        cache.keep([r for r, m in rows.items() if m and _asks_from(m, turn)])
-        if not asking:
-            continue
-        prompts = {
-            r: ids[mask.bool()].tolist()
-            for r, ids, mask in zip(
-                asking, encoded["input_ids"], encoded["attention_mask"], strict=True
-            )
-        }
-        answers, answered, capped = _answer(writer, tokenizer, cache, prompts, config, rooms)
+            # the prompts are left-padded: the kept rows, less the padding only others needed
+            width = int(encoded["attention_mask"][keep].sum(1).max())
+            encoded = {k: v[keep][:, -width:] for k, v in encoded.items()}
+        answers, answered, capped = _answer(writer, tokenizer, encoded, config, rooms)
         report.capped += capped
         for r, answer, length in zip(asking, answers, answered, strict=True):
             rows[r][turn] = {"role": "assistant", "content": answer}
             lengths[r].append(length)
     return rows, lengths
-
-
-def _asks_from(messages: list[dict], turn: int) -> bool:
-    """Whether an assistant turn is at `turn` or after it."""
-    return any(m["role"] == "assistant" for m in messages[turn:])
 
 
 def regenerate(
