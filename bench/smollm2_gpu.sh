@@ -50,35 +50,17 @@ data)
     BATCH=${BATCH:-256} bash bench/smollm2_data.sh "$data"
     ;;
 collect)
-    runs=${RUNS:-/tmp/runs}
-    out=${OUT:?set OUT}
-    if [ ! -f /tmp/smollm2-pieces/sums.txt ]; then
-        members=()
-        for folder in "$runs"/*-smollm2-135m-instruct; do
-            [ -f "$folder/draftzoo.json" ] && members+=("$(basename "$folder")")
-        done
-        rm -rf /tmp/smollm2-pieces && mkdir /tmp/smollm2-pieces
-        tar -cf - -C "$runs" "${members[@]}" -C "${DATA:-/tmp/smollm2-data}" \
-            --transform 's,^train.jsonl$,smollm2-data/train.jsonl,' train.jsonl \
-            | split -b 15M -d -a 3 - /tmp/smollm2-pieces/piece-
-        (cd /tmp/smollm2-pieces && sha256sum piece-* > sums.txt)
-    fi
-    start=${START:-0}
-    pieces=(/tmp/smollm2-pieces/piece-*)
-    cp /tmp/smollm2-pieces/sums.txt "$out/"
-    for piece in "${pieces[@]:start:4}"; do cp "$piece" "$out/"; done
-    echo "${#pieces[@]} pieces, runs needed: $(((${#pieces[@]} + 3) / 4)); next START=$((start + 4))"
+    members=()
+    for folder in "${RUNS:-/tmp/runs}"/*-smollm2-135m-instruct; do
+        [ -f "$folder/draftzoo.json" ] && members+=("$(basename "$folder")")
+    done
+    bash bench/gpu_pieces.sh collect /tmp/smollm2-pieces -C "${RUNS:-/tmp/runs}" "${members[@]}" \
+        -C "${DATA:-/tmp/smollm2-data}" --transform 's,^train.jsonl$,smollm2-data/train.jsonl,' \
+        train.jsonl
     ;;
 unpack)
     [ $# -gt 2 ] || { echo "usage: bash bench/smollm2_gpu.sh unpack RUNS DIR..." >&2; exit 2; }
-    runs=$2
-    shift 2
-    gathered=$(mktemp -d)
-    for from in "$@"; do cp "$from"/piece-* "$from"/sums.txt "$gathered/"; done
-    (cd "$gathered" && sha256sum -c --quiet sums.txt)
-    mkdir -p "$runs"
-    cat "$gathered"/piece-* | tar -xf - -C "$runs"
-    rm -rf "$gathered"
+    bash bench/gpu_pieces.sh unpack "${@:2}"
     ;;
 *)
     echo "usage: bash bench/smollm2_gpu.sh pack|stash|target|data|collect|unpack" >&2

@@ -22,6 +22,10 @@
 # bench/results/cpu-2026-12-07-capture-by-sample/), a step ~6.8 s, one pass ~6.9 h.
 # Settings (environment):
 #   RUNS        where the capture and drafters go (runs)
+#   CAPTURE     offline (default: the FP8 shards above, then training reads them) or online
+#               (no capture stage: each training step runs the target itself, as on a GPU, where
+#               a forward costs milliseconds and the shards would fill the disk;
+#               bench/smollm2_sharegpt_gpu.sh)
 #   CAPTURE_DTYPE  the target's weights while capturing (default: bfloat16 where the CPU
 #               multiplies it natively, float32 elsewhere; a capture resumes only in its own)
 #   STAGES      "capture train" (default both; "ablate" adds the ablation rows, "curve"
@@ -32,6 +36,7 @@
 #               branch from it; a step supervises ~2,760 tokens: 4 rows of 1,024 at 0.674
 #               supervised per token)
 #   DECAY       the share of each budget's steps that decays (0.2)
+#   WARMUP      warm-up steps of every run (50)
 #   SET_EXTRA   more --set pairs for every run
 #   ABLATIONS   NAME:KEY=VALUE[,KEY=VALUE] rows trained at ABLATION_BUDGET M (default 0.5)
 #               from scratch with the curve's schedule, one pass over the first rows the budget
@@ -56,7 +61,13 @@ family=${FAMILY:-eagle3}
 budgets=${BUDGETS:-0.3 1 2 4 10}
 shards="$runs/smollm2-sharegpt-capture"
 data=(--set data.source=sharegpt --set data.max_length=1024 --set capture.dtype=float8_e4m3)
-if [[ " $stages " == *" capture "* ]]; then
+capture=${CAPTURE:-offline}
+case $capture in
+offline) from_capture=(--set capture.mode=offline --set "capture.dir=$shards") ;;
+online) from_capture=(--set capture.mode=online) ;;
+*) echo "CAPTURE must be offline or online, not $capture" >&2; exit 2 ;;
+esac
+if [[ " $stages " == *" capture "* ]] && [ "$capture" = offline ]; then
     native=$(python -c "import torch; from draftzoo.train.precision import native_bf16
 print('bfloat16' if native_bf16(torch.device('cpu')) else 'float32')" 2>/dev/null | tail -n 1)
     capture_dtype=${CAPTURE_DTYPE:-$native}
@@ -67,7 +78,7 @@ print('bfloat16' if native_bf16(torch.device('cpu')) else 'float32')" 2>/dev/nul
     echo "capture: $(($(date +%s) - started)) s (a rerun that finds every shard done: seconds)"
 fi
 decay=${DECAY:-0.2}
-warmup=50
+warmup=${WARMUP:-50}
 # optimizer steps of a budget in millions of supervised tokens; the step where its decay begins
 steps_of() { python -c "print(round($1 * 1e6 / 2760))"; }
 decay_start_of() { python -c "s = $1; print(s - round(s * $decay))"; }
@@ -82,8 +93,8 @@ train_budget() {
         echo "$out exists"
         return
     fi
-    local args=("${data[@]}" --set capture.mode=offline --set "capture.dir=$shards"
-        --set "output_dir=$out" --set "train.max_steps=$steps" --set train.schedule=wsd
+    local args=("${data[@]}" "${from_capture[@]}" --set "output_dir=$out"
+        --set "train.max_steps=$steps" --set train.schedule=wsd
         --set "train.decay_fraction=$decay" --set "train.warmup_steps=$warmup")
     for pair in ${SET_EXTRA:-} "$@"; do args+=(--set "$pair"); done
     local started
