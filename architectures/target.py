@@ -232,7 +232,7 @@ class TargetAdapter(nn.Module):
         return TargetOutput(
             logits=out.logits if compute_logits else None,
             hidden_states=dict(captured),
-            cache=_returned_cache(out),
+            cache=returned_cache(out),
         )
 
 
@@ -266,7 +266,7 @@ def cache_parameter(module_type: type) -> str:
     return "cache" if "cache" in forward_parameters(module_type) else "past_key_values"
 
 
-def _returned_cache(out) -> Any:
+def returned_cache(out) -> Any:
     """The cache a forward returned: `cache` in newer transformers, `past_key_values` before.
 
     Read as a mapping: the `past_key_values` attribute of newer outputs warns it is deprecated.

@@ -45,6 +45,7 @@ from .answer_report import AnswerReport, answer_report
 from .conversations import RowReport, Sample, iter_rows, iter_samples
 from .errors import DataError
 from .loss_mask import render_chat
+from .shrinking_generate import generate_shrinking
 from .token_dataset import DataConfig
 
 logger = logging.getLogger(__name__)
@@ -68,6 +69,9 @@ class RegenerateConfig:
     #: assistant turn whose prompt fills them is not written, nor any turn after it; None:
     #: whole conversations
     window: int | None = None
+    #: new tokens a `generate` call writes before the batch's ended rows leave it (0: the
+    #: batch decodes in one call until its last row ends; `shrinking_generate`)
+    shrink_every: int = 16
 
     def __post_init__(self) -> None:
         check_seed(self.seed, "seed", DataError)
@@ -80,6 +84,8 @@ class RegenerateConfig:
                 raise DataError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.limit is not None and self.limit < 1:
             raise DataError(f"limit must be >= 1, got {self.limit}")
+        if self.shrink_every < 0:
+            raise DataError(f"shrink_every must be >= 0, got {self.shrink_every}")
         if self.window is not None and self.window < 1:
             raise DataError(f"window must be >= 1, got {self.window}")
 
@@ -259,14 +265,18 @@ def _answer(
     sampling = {"do_sample": False}
     if config.temperature > 0:
         sampling = {"do_sample": True, "temperature": config.temperature, "top_p": config.top_p}
-    out = model.generate(
-        **encoded,
-        max_new_tokens=min(room, max(rooms)),
+    stop = stop_ids(model, tokenizer)
+    new = generate_shrinking(
+        model,
+        encoded,
+        min(room, max(rooms)),
+        rooms,
+        stop,
+        config.shrink_every,
         pad_token_id=tokenizer.pad_token_id,
         **sampling,
     )
-    new = out[:, encoded["input_ids"].shape[1] :]
-    lengths = _lengths(new, stop_ids(model, tokenizer))
+    lengths = _lengths(new, stop)
     answers = []
     for r, ids in enumerate(new):
         if lengths[r]["tokens"] >= rooms[r]:  # not ended within its own room: cut there

@@ -365,3 +365,35 @@ def test_only_what_the_training_window_reads_is_written(testbed_tiny, tmp_path):
     kept["settings"].pop("window")  # a record from before windows were kept
     record.write_text(json.dumps(kept))
     assert regenerate(target, data, whole, replace(config, window=None))[0] == 0
+
+
+def test_ended_rows_leave_the_batch_and_the_answers_stay_the_same(testbed_tiny, tmp_path):
+    """Decoding a few tokens a call, a row that has ended (or filled its room) leaves the
+    batch between calls: the same greedy answers as one `generate` call for the whole batch,
+    for fewer rows decoded."""
+    target = load_target(TargetSpec(path=str(testbed_tiny[0])), "cpu")
+    source = write_chat_jsonl(tmp_path / "chat.jsonl", 8)
+    generate = target.model.generate
+    rows_decoded: list[int] = []
+
+    def counting(**inputs):
+        out = generate(**inputs)
+        rows_decoded.append(
+            out.sequences.shape[0] * (out.sequences.shape[1] - inputs["input_ids"].shape[1])
+        )
+        return out
+
+    target.model.generate = counting
+    written, decoded = {}, {}
+    for every in (0, 3):
+        rows_decoded.clear()
+        out = tmp_path / f"every-{every}.jsonl"
+        config = RegenerateConfig(max_new_tokens=24, batch_size=4, shrink_every=every)
+        regenerate(target, DataConfig(source=str(source)), out, config)
+        written[every] = [json.loads(line) for line in out.read_text().splitlines()]
+        decoded[every] = sum(rows_decoded)
+    target.model.generate = generate
+    assert written[3] == written[0]
+    assert decoded[3] < decoded[0]
+    with pytest.raises(DataError, match="shrink_every"):
+        RegenerateConfig(shrink_every=-1)
