@@ -7,9 +7,14 @@ forward and backward under the recipes' precision. Two ways alternate in one pro
 cross-entropy through autograd) and "fused" (the CPU flash kernel for that attention,
 `architectures/ttt_attention.py`, and `train/fused_head_loss.py`); their medians, ratio and
 tokens per second are printed. `--profile` adds the torch profiler's table of the fused step.
+`--supervised F` supervises only the last share F of each packed sample (a ShareGPT row: ~0.67,
+its user turns unsupervised), and `--ways fused all-read` sets the fused step beside one that
+projects the target's final states at every position, as it did before the loss read only the
+positions its steps score (`teacher_reads.read_positions`).
 
     python bench/eagle3_step_profile.py                       # 4 rows of 512 and of 1024
     python bench/eagle3_step_profile.py --lengths 1024 --profile
+    python bench/eagle3_step_profile.py --lengths 1024 --supervised 0.67 --ways all-read fused
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from teacher_reads_bench import step_seconds
 from torch.profiler import ProfilerActivity, profile
 
 
-def _setup(rows: int, length: int):
+def _setup(rows: int, length: int, supervised: float):
     import teacher_reads_bench as bench
 
     from draftzoo.data.batching import collate
@@ -31,11 +36,15 @@ def _setup(rows: int, length: int):
     loss, model, _, states = bench._setup("eagle3")
     vocab = 49_152
     cut = [length // 3, length // 4, length - length // 3 - length // 4]
+    mask = []
+    for sample in cut:  # each sample's first share unsupervised, like a user's turn
+        asked = round(sample * (1 - supervised))
+        mask += [0] * asked + [1] * (sample - asked)
     batch = collate(
         [
             {
                 "input_ids": torch.randint(0, vocab, (length,)).tolist(),
-                "loss_mask": [1] * length,
+                "loss_mask": mask,
                 "lengths": cut,
                 "index": i,
             }
@@ -51,16 +60,27 @@ def _ways():
     """name -> a function that switches the step to that way."""
     import draftzoo.architectures.eagle as eagle
     import draftzoo.train.eagle_batch as eagle_batch
+    import draftzoo.train.eagle_losses as eagle_losses
 
     fused_attention, whole_head = eagle.ttt_attention, eagle_batch._whole_head
+    read_positions = eagle_losses.read_positions
 
     def autograd() -> None:
         eagle.ttt_attention, eagle_batch._whole_head = eagle.eager_ttt_attention, lambda m: None
+        eagle_losses.read_positions = read_positions
 
     def fused() -> None:
         eagle.ttt_attention, eagle_batch._whole_head = fused_attention, whole_head
+        eagle_losses.read_positions = read_positions
 
-    return {"autograd": autograd, "fused": fused}
+    def all_read() -> None:
+        fused()
+        eagle_losses.read_positions = lambda selects: torch.ones_like(selects[0], dtype=bool)
+
+    return {"autograd": autograd, "fused": fused, "all-read": all_read}
+
+
+_WAYS = ("autograd", "fused", "all-read")
 
 
 def main() -> None:
@@ -73,14 +93,21 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--top", type=int, default=20)
+    parser.add_argument("--supervised", type=float, default=1.0)
+    parser.add_argument("--ways", nargs=2, default=["autograd", "fused"], choices=_WAYS)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     bf16 = native_bf16(torch.device("cpu"))
     autocast = torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else nullcontext()
-    ways = _ways()
-    print(f"{'tokens':>12} {'autograd s':>10} {'fused s':>8} {'ratio':>6} {'fused tokens/s':>14}")
+    every = _ways()
+    ways = {way: every[way] for way in args.ways}
+    slow_name, fast_name = args.ways
+    print(
+        f"{'tokens':>12} {slow_name + ' s':>10} {fast_name + ' s':>10} {'ratio':>6} "
+        f"{fast_name + ' tokens/s':>18}"
+    )
     for length in args.lengths:
-        setup = _setup(args.rows, length)
+        setup = _setup(args.rows, length, args.supervised)
         times: dict[str, list[float]] = {way: [] for way in ways}
         for repeat in range(args.repeats + 1):  # the first of each is a warm-up
             for way, switch in ways.items():
@@ -91,14 +118,17 @@ def main() -> None:
         slow, fast = (statistics.median(times[way]) for way in ways)
         tokens = args.rows * length
         print(
-            f"{args.rows:>4} x {length:<5} {slow:10.2f} {fast:8.2f} {slow / fast:6.2f} "
-            f"{tokens / fast:14.0f}",
+            f"{args.rows:>4} x {length:<5} {slow:10.2f} {fast:10.2f} {slow / fast:6.2f} "
+            f"{tokens / fast:18.0f}",
             flush=True,
         )
     precision = "bfloat16 autocast" if bf16 else "float32"
-    print(f"{args.threads} threads, {precision}, medians of {args.repeats} alternating steps")
+    print(
+        f"{args.threads} threads, {precision}, {args.supervised:.0%} of each sample supervised, "
+        f"medians of {args.repeats} alternating steps"
+    )
     if args.profile:
-        ways["fused"]()
+        ways[fast_name]()
         with profile(activities=[ProfilerActivity.CPU]) as prof:
             step_seconds(*setup, autocast)
         print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=args.top))

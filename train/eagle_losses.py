@@ -38,7 +38,7 @@ from ..architectures.eagle import shift
 from ..data.batching import Batch
 from .chunked_loss import rowwise
 from .fused_head_loss import head_soft_ce
-from .teacher_reads import read_teacher, read_teacher_once
+from .teacher_reads import read_positions, read_teacher, read_teacher_once
 
 Stats = dict[str, torch.Tensor]  # name -> [sum, count]
 
@@ -189,14 +189,18 @@ def _final_regression(hidden, wanted_state, head_norm) -> torch.Tensor:
     )
 
 
-def _step_token_rows(head, teacher_head, d2t, t2d, token_loss: str, final, chunk, draft_head):
+def _step_token_rows(
+    head, teacher_head, d2t, t2d, token_loss: str, final, chunk, draft_head, select
+):
     """`(j, hidden, real) -> (token loss, top-1 hit)` of TTT step j: per position, or with
     `draft_head` (its norm and weight) and the soft CE, summed by `head_soft_ce`, a block of
-    rows at a time. The target is read once for every step where that costs no more memory
-    than a chunk (`teacher_reads`), else a chunk's or block's rows at a time."""
+    rows at a time. The target is read once for every step, at the positions the steps read
+    (`select`), where that costs no more memory than a chunk (`teacher_reads`), else a chunk's
+    or block's rows at a time."""
     token_rows = partial(_draft_token_rows, head, d2t, t2d, token_loss)
     tvd = token_loss in ACCEPTANCE_LOSS  # the whole distribution's normaliser is read too
-    once = read_teacher_once(teacher_head, final, t2d, tvd, chunk, t2d.numel())
+    read = read_positions(select)
+    once = read_teacher_once(teacher_head, final, t2d, tvd, chunk, t2d.numel(), read)
     flat_final = final.flatten(0, 1)
     positions = torch.arange(flat_final.shape[0], device=final.device).view(final.shape[:2])
     # rows are gathered where they are used: a [rows, vocab] copy of every row at once costs
@@ -254,7 +258,7 @@ def eagle3_loss_sums(
         raise ValueError("final_feature_weight needs the target's final norm")
 
     step_tokens = _step_token_rows(
-        head, teacher_head, d2t, t2d, token_loss, final, chunk, draft_head
+        head, teacher_head, d2t, t2d, token_loss, final, chunk, draft_head, select
     )
     loss = torch.zeros((), device=final.device)
     stats: Stats = {}

@@ -22,7 +22,7 @@ from ..architectures.acceptance_length import simulated_acceptance_length
 from ..data.capture import target_head_logits
 from .chunked_loss import rowwise
 from .eagle_losses import ahead, real_positions
-from .teacher_reads import read_teacher, read_teacher_once
+from .teacher_reads import read_positions, read_teacher, read_teacher_once
 
 HEAD_TARGETS = ("data", "distill")
 
@@ -128,7 +128,7 @@ def medusa_loss_sums(
     num_heads = bare.num_heads
     keeps = [real_positions(batch, k + 1) for k in range(1, num_heads + 1)]  # x_{t+k+1} real
     outputs = heads([final[keep] for keep in keeps])
-    head_k = _head_rows_of(config.target, bare, target, final, batch, chunk)
+    head_k = _head_rows_of(config.target, bare, target, final, batch, chunk, keeps)
     total = final.new_zeros((), dtype=torch.float32)
     stats: dict[str, torch.Tensor] = {}
     for k, (keep, states) in enumerate(zip(keeps, outputs, strict=True), start=1):
@@ -143,13 +143,15 @@ def medusa_loss_sums(
     return total, stats
 
 
-def _head_rows_of(kind: str, heads, target, final, batch, chunk: int | None):
+def _head_rows_of(kind: str, heads, target, final, batch, chunk: int | None, keeps):
     """`(k, states, keep) -> (loss, top-1 hit, top-5 hit)` per position of head k (1-based),
-    the verifier read once for every head where that costs no more memory than a chunk
-    (`teacher_reads`): its argmax, and for `distill` its logits on the draft vocabulary."""
+    the verifier read once for every head, at the positions the heads read (`keeps`, head k's
+    at t + k), where that costs no more memory than a chunk (`teacher_reads`): its argmax, and
+    for `distill` its logits on the draft vocabulary."""
     teacher_head = partial(target_head_logits, target)
     kept = heads.token_map if kind == "distill" else final.new_zeros(0, dtype=torch.long)
-    once = read_teacher_once(teacher_head, final, kept, False, chunk, heads.vocab_size)
+    read = read_positions(keeps)
+    once = read_teacher_once(teacher_head, final, kept, False, chunk, heads.vocab_size, read)
 
     def rows_from_final(k: int, h, f, y):
         wanted, teacher, _ = read_teacher(teacher_head, f, kept, False)

@@ -3,8 +3,8 @@
 EAGLE-3's training-time test scores k steps against the target's distribution at positions
 t + 1 .. t + k, Medusa's heads likewise: projecting the final states to the whole vocabulary
 once per step repeats the same work k times (on SmolLM2, a third of an EAGLE-3 step).
-`read_teacher_once` projects every position of a micro-batch once and keeps only what those
-losses read: the argmax over the whole vocabulary, float32 logits on the kept (draft)
+`read_teacher_once` projects every position those losses read in a micro-batch once and keeps
+only what they read: the argmax over the whole vocabulary, float32 logits on the kept (draft)
 vocabulary, and where asked the log-normaliser over the whole vocabulary. It does so only when
 holding that costs no more memory than one chunk of the projection itself (`loss_chunk_rows`
 rows x the vocabulary): with a pruned draft vocabulary, or an unchunked loss. Otherwise each
@@ -56,6 +56,16 @@ def kept_size(kept: torch.Tensor | None, vocab: int) -> int:
     return int(kept.sum()) if kept.dtype == torch.bool else kept.numel()
 
 
+def read_positions(selects: list[torch.Tensor]) -> torch.Tensor:
+    """[b, s] bool: the positions read when step (or head) j reads position t + 1 + j for each
+    of its positions t, `selects[j]` [b, s]."""
+    read = torch.zeros_like(selects[0], dtype=torch.bool)
+    width = read.shape[1]
+    for j, select in enumerate(selects):
+        read[:, 1 + j :] |= select[:, : max(width - 1 - j, 0)].bool()
+    return read
+
+
 @torch.no_grad()
 def read_teacher_once(
     head: Callable[[torch.Tensor], torch.Tensor],
@@ -64,22 +74,32 @@ def read_teacher_once(
     with_norm: bool,
     chunk: int | None,  # the loss's rows per vocabulary projection (None: all at once)
     vocab: int,
+    read: torch.Tensor | None = None,  # [b, s] bool: the positions a loss reads (None: all)
 ) -> TeacherReads | None:
     """The reads of every position [b, s, ...], projected `chunk` rows at a time; None when
-    holding them would take more memory than one chunk's projection."""
+    holding them would take more memory than one chunk's projection. With `read`, only those
+    positions are projected (no loss reads a user turn, padding or a sample's first tokens:
+    a third of a ShareGPT row); the others hold zeros."""
     b, s, h = final.shape
     positions = b * s
     if chunk is not None and positions * kept_size(kept, vocab) > chunk * vocab:
         return None
     flat = final.reshape(positions, h)
+    rows = None if read is None else torch.nonzero(read.reshape(positions), as_tuple=True)[0]
+    chosen = flat if rows is None else flat[rows]
     step = min(chunk or positions, READ_BLOCK)
     parts = [
-        read_teacher(head, flat[lo : lo + step], kept, with_norm)
-        for lo in range(0, positions, step)
+        read_teacher(head, chosen[lo : lo + step], kept, with_norm)
+        for lo in range(0, max(chosen.shape[0], 1), step)
     ]
-    return TeacherReads(
-        *(
-            torch.cat(column).reshape(b, s, *column[0].shape[1:])
-            for column in zip(*parts, strict=True)
-        )
-    )
+    columns = [torch.cat(column) for column in zip(*parts, strict=True)]
+    if rows is not None:
+        columns = [_spread(column, rows, positions) for column in columns]
+    return TeacherReads(*(column.reshape(b, s, *column.shape[1:]) for column in columns))
+
+
+def _spread(values: torch.Tensor, rows: torch.Tensor, positions: int) -> torch.Tensor:
+    """[positions, ...]: `values` at `rows`, zeros elsewhere."""
+    spread = values.new_zeros(positions, *values.shape[1:])
+    spread[rows] = values
+    return spread

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from draftzoo.train.eagle_losses import eagle3_loss_sums
-from draftzoo.train.teacher_reads import read_teacher, read_teacher_once
+from draftzoo.train.teacher_reads import read_positions, read_teacher, read_teacher_once
 
 
 @pytest.mark.parametrize("kept", ["mask", "ids", "none", "empty"])
@@ -37,6 +37,27 @@ def test_reads_once_equal_each_rows_own_reads(kept):
         for got, expected in zip(once, rows, strict=True):
             torch.testing.assert_close(got.reshape(expected.shape), expected)
     assert 100 in fits and (kept == "empty") == (1 in fits)
+    # only the positions a loss reads are projected; the others hold zeros
+    read = torch.rand(2, 7) < 0.5
+    projected = []
+    once = read_teacher_once(
+        lambda f: projected.append(len(f)) or head(f), final, chosen, True, None, vocab, read
+    )
+    assert projected[-1] == int(read.sum())
+    flat_read = read.reshape(14)
+    for got, expected in zip(once, rows, strict=True):
+        got = got.reshape(expected.shape)
+        torch.testing.assert_close(got[flat_read], expected[flat_read])
+        assert not got[~flat_read].any()
+    nothing = read_teacher_once(head, final, chosen, True, None, vocab, torch.zeros(2, 7).bool())
+    assert all(not part.any() for part in nothing)
+
+
+def test_read_positions_are_each_steps_positions_ahead():
+    first = torch.tensor([[True, True, False, False, False]])
+    second = torch.tensor([[False, True, False, False, False]])
+    # step 0 reads t + 1 (1, 2), step 1 reads t + 2 (3)
+    assert read_positions([first, second]).tolist() == [[False, True, True, True, False]]
 
 
 @pytest.mark.parametrize("token_loss", ["ce", "tvd", "lk"])
@@ -55,17 +76,23 @@ def test_eagle3_loss_is_the_same_read_once_or_per_step(token_loss):
     final = torch.randn(1, s, h)
     assert read_teacher_once(teacher, final, t2d, False, 2, vocab) is None
     assert read_teacher_once(teacher, final, t2d, False, 100, vocab) is not None
-    results = []
+    results, projected = [], []
+
+    def counted(states):
+        projected.append(states.shape[0])
+        return teacher(states)
+
     for chunk in (None, 100, 2):
         torch.manual_seed(1)
         outputs = [torch.randn(int(k.sum()), draft, requires_grad=True) for k in select]
         same = torch.nn.Identity()
+        projected.clear()
         loss, stats = eagle3_loss_sums(
             outputs,
             select,
             final,
             same,
-            teacher,
+            counted,
             d2t,
             t2d,
             0.8,
@@ -73,6 +100,8 @@ def test_eagle3_loss_is_the_same_read_once_or_per_step(token_loss):
             chunk=chunk,
         )
         loss.backward()
+        if chunk != 2:  # read once: positions 1 .. s - 2 only (no step reads 0 or s - 1)
+            assert sum(projected) == s - 2
         results.append((loss.detach(), [o.grad for o in outputs], stats))
     for loss, grads, stats in results[1:]:
         torch.testing.assert_close(loss, results[0][0])
