@@ -29,8 +29,6 @@ CERTIFICATE_SAMPLES = 4000
 CERTIFICATE_PROMPTS = 4
 #: tokens an answer may have when `draftzoo regenerate` rewrites the assistant turns
 ANSWER_MAX_NEW_TOKENS = 512
-#: how `draftzoo regenerate` batches its answers (the first is the default)
-REGENERATE_BATCHINGS = ("continuous", "static")
 
 
 def recipes_dir() -> Path:

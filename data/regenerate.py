@@ -3,9 +3,7 @@
 EAGLE-3 and Medusa-2 train on what the target itself writes, so that the drafter learns the
 distribution it will be asked to predict. Each assistant turn is regenerated in order, given
 the conversation so far (earlier turns already regenerated), batched across conversations
-(by default continuously, `continuous_answers`: a conversation's next turn is asked as soon
-as its answer is back; or a turn of a batch at a time with transformers `generate`, left
-padding), greedy at temperature 0 or sampled. A `writer`
+with transformers `generate` (left padding), greedy at temperature 0 or sampled. A `writer`
 model on the target's tokenizer (a trained draft LM) can write them instead: on-policy data.
 
 The output is a .jsonl of `{"row": N, "messages": [...], "answers": [...]}` in source order,
@@ -41,15 +39,9 @@ from pathlib import Path
 import torch
 
 from ..architectures.config_io import check_seed
-from ..architectures.defaults import (
-    ANSWER_MAX_NEW_TOKENS,
-    REGENERATE_BATCHINGS,
-    TEMPERATURE,
-)
+from ..architectures.defaults import ANSWER_MAX_NEW_TOKENS, TEMPERATURE
 from ..architectures.output_folders import appending, output_lock, write_text_atomically
 from .answer_report import AnswerReport, answer_report
-from .answer_rooms import answer_room, stop_ids, window_room
-from .continuous_answers import answer_continuously
 from .conversations import RowReport, Sample, iter_rows, iter_samples
 from .errors import DataError
 from .loss_mask import render_chat
@@ -77,12 +69,8 @@ class RegenerateConfig:
     #: assistant turn whose prompt fills them is not written, nor any turn after it; None:
     #: whole conversations
     window: int | None = None
-    #: "continuous": up to `batch_size` answers in flight, a conversation's next turn asked as
-    #: soon as its answer is back (`continuous_answers`); "static": one turn of `batch_size`
-    #: conversations a `generate` call, left-padded
-    batching: str = "continuous"
-    #: static batching: new tokens a `generate` call writes before the batch's ended rows
-    #: leave it (0: the batch decodes in one call until its last row ends; `shrinking_generate`)
+    #: new tokens a `generate` call writes before the batch's ended rows leave it (0: the
+    #: batch decodes in one call until its last row ends; `shrinking_generate`)
     shrink_every: int = 16
 
     def __post_init__(self) -> None:
@@ -96,9 +84,6 @@ class RegenerateConfig:
                 raise DataError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.limit is not None and self.limit < 1:
             raise DataError(f"limit must be >= 1, got {self.limit}")
-        if self.batching not in REGENERATE_BATCHINGS:
-            choices = ", ".join(REGENERATE_BATCHINGS)
-            raise DataError(f"batching must be one of {choices}, got {self.batching!r}")
         if self.shrink_every < 0:
             raise DataError(f"shrink_every must be >= 0, got {self.shrink_every}")
         if self.window is not None and self.window < 1:
@@ -228,6 +213,26 @@ def _batches(samples: Iterator[Sample], size: int) -> Iterator[list[Sample]]:
         yield batch
 
 
+def answer_room(model, prompt_length: int, asked: int) -> int:
+    """New tokens a prompt of `prompt_length` leaves in `model`'s context (its
+    max_position_embeddings), at most `asked`; 0 when the prompt fills it."""
+    limit = getattr(model.config, "max_position_embeddings", None)
+    if limit is None:
+        return asked
+    return max(0, min(asked, limit - prompt_length))
+
+
+def stop_ids(model, tokenizer) -> set[int]:
+    """Token ids that end a turn: the generation config's and the tokenizer's end tokens."""
+    stop = model.generation_config.eos_token_id
+    ids = set(stop if isinstance(stop, list) else [stop] if stop is not None else [])
+    if tokenizer.eos_token_id is not None:
+        ids.add(tokenizer.eos_token_id)
+    if not ids:
+        raise DataError("the writer names no end-of-turn token (eos_token_id)")
+    return ids
+
+
 def _lengths(new: torch.Tensor, stop: set[int]) -> list[dict]:
     """For each generated row: tokens before its first end token, and whether it had one."""
     ended = torch.isin(new, torch.tensor(sorted(stop), device=new.device))
@@ -282,12 +287,17 @@ def _answer(
 
 
 def _window_rooms(encoded: dict, config: RegenerateConfig, answered: list[bool]) -> list[int]:
-    """Each prompt's new tokens at most (`window_room`)."""
+    """Each prompt's new tokens at most: `max_new_tokens`, within `config.window` of the
+    conversation where one is set; 0 (not written) for a prompt that fills the window after an
+    answer of its conversation was written, 1 for a first answer's."""
     lengths = encoded["attention_mask"].sum(1).tolist()
-    return [
-        window_room(length, config.max_new_tokens, config.window, earlier)
-        for length, earlier in zip(lengths, answered, strict=True)
-    ]
+    if config.window is None:
+        return [config.max_new_tokens] * len(lengths)
+    rooms = []
+    for length, earlier in zip(lengths, answered, strict=True):
+        left = config.window - length
+        rooms.append(min(config.max_new_tokens, left) if left > 0 else 0 if earlier else 1)
+    return rooms
 
 
 def _prompt_tokens(tokenizer, sample: Sample) -> int:
@@ -370,14 +380,8 @@ def _regenerate(adapter, data: DataConfig, output: Path, config: RegenerateConfi
             by_length = sorted(window, key=lambda s: _prompt_tokens(tokenizer, s))
             messages: dict[int, list[dict] | None] = {}
             lengths: dict[int, list[dict]] = {}
-            if config.batching == "continuous":
-                batches = [by_length]  # the window's conversations share the slots
-                answer = answer_continuously
-            else:
-                batches = _batches(iter(by_length), config.batch_size)
-                answer = _answer_turns
-            for batch in batches:
-                answered, answer_lengths = answer(writer, tokenizer, batch, config, report)
+            for batch in _batches(iter(by_length), config.batch_size):
+                answered, answer_lengths = _answer_turns(writer, tokenizer, batch, config, report)
                 messages.update(answered)
                 lengths.update(answer_lengths)
             for sample in window:

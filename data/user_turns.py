@@ -27,9 +27,9 @@ import torch
 
 from ..architectures.config_io import check_seed
 from ..architectures.output_folders import appending, output_lock, write_text_atomically
-from .answer_rooms import stop_ids
 from .errors import DataError
 from .loss_mask import render_chat
+from .regenerate import stop_ids
 
 logger = logging.getLogger(__name__)
 

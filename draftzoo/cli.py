@@ -141,7 +141,6 @@ def _regenerate(args: argparse.Namespace) -> int:
         seed=args.seed,
         limit=args.limit,
         sort_window=args.sort_window,
-        batching=args.batching,
         window=None if args.whole_conversations else training_window(recipe.data),
     )
     written, report = regenerate_for_recipe(recipe, Path(args.output), config, args.writer)

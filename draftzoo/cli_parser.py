@@ -19,7 +19,6 @@ from draftzoo.architectures.defaults import (
     MAX_CACHE_LENGTH,
     MAX_NEW_TOKENS,
     NUM_SPECULATIVE_TOKENS,
-    REGENERATE_BATCHINGS,
     TARGET_DTYPE_NAMES,
     TEMPERATURE,
 )
@@ -281,20 +280,7 @@ def build_parser(handlers: Mapping[str, Callable]) -> argparse.ArgumentParser:
         default=ANSWER_MAX_NEW_TOKENS,
         help="tokens per answer at most",
     )
-    regen.add_argument(
-        "--batch-size",
-        type=int,
-        default=8,
-        help="answers written at once (with --batching static: conversations per generate call)",
-    )
-    regen.add_argument(
-        "--batching",
-        choices=REGENERATE_BATCHINGS,
-        default=REGENERATE_BATCHINGS[0],
-        help="continuous: a conversation's next turn is asked as soon as its answer is back, "
-        "in a paged cache (transformers' continuous batching); static: one turn of a batch "
-        "of conversations a generate call, left-padded",
-    )
+    regen.add_argument("--batch-size", type=int, default=8, help="conversations per generate call")
     regen.add_argument("--seed", type=int, default=0, help="sampling seed")
     regen.add_argument("--limit", type=int, help="regenerate only the first N usable rows")
     regen.add_argument(

@@ -139,9 +139,7 @@ def test_batches_group_prompts_by_length_and_rows_keep_their_order(
     for window, expected in ((3, [[1, 2], [3, 5], [7, 9]]), (1, [[1, 9], [3, 7], [2, 5]])):
         calls.clear()
         out = tmp_path / f"window-{window}.jsonl"
-        config = RegenerateConfig(
-            max_new_tokens=4, batch_size=2, sort_window=window, batching="static"
-        )
+        config = RegenerateConfig(max_new_tokens=4, batch_size=2, sort_window=window)
         assert regenerate(target, DataConfig(source=str(source)), out, config)[0] == 6
         assert calls == expected  # window 1: batches of the source order
         rows = [json.loads(line) for line in out.read_text().splitlines()]
@@ -390,9 +388,7 @@ def test_ended_rows_leave_the_batch_and_the_answers_stay_the_same(testbed_tiny, 
     for every in (0, 3):
         rows_decoded.clear()
         out = tmp_path / f"every-{every}.jsonl"
-        config = RegenerateConfig(
-            max_new_tokens=24, batch_size=4, batching="static", shrink_every=every
-        )
+        config = RegenerateConfig(max_new_tokens=24, batch_size=4, shrink_every=every)
         regenerate(target, DataConfig(source=str(source)), out, config)
         written[every] = [json.loads(line) for line in out.read_text().splitlines()]
         decoded[every] = sum(rows_decoded)
@@ -401,36 +397,3 @@ def test_ended_rows_leave_the_batch_and_the_answers_stay_the_same(testbed_tiny, 
     assert decoded[3] < decoded[0]
     with pytest.raises(DataError, match="shrink_every"):
         RegenerateConfig(shrink_every=-1)
-
-
-def test_continuous_batching_writes_the_static_batches_answers(testbed_tiny, tmp_path):
-    """Continuous batching (a conversation's next turn asked as soon as its answer is back,
-    a slot refilled the step after it frees) writes the greedy answers that one turn of a
-    padded batch a `generate` call writes, turn by turn within a training window, with the
-    same lengths and the same turns dropped beyond it; the writer's attention is its own
-    again afterwards."""
-    target = load_target(TargetSpec(path=str(testbed_tiny[0])), "cpu")
-    source = tmp_path / "turns.jsonl"
-    with source.open("w") as handle:
-        for turns in (1, 3, 2, 4, 1, 2):
-            messages = []
-            for turn in range(turns):
-                messages += [
-                    {"role": "user", "content": f"Write function number {turn} of {turns}."},
-                    {"role": "assistant", "content": "x"},
-                ]
-            handle.write(json.dumps({"messages": messages}) + "\n")
-    attention = target.model.config._attn_implementation
-    written, reports = {}, {}
-    for batching in ("static", "continuous"):
-        out = tmp_path / f"{batching}.jsonl"
-        config = RegenerateConfig(max_new_tokens=20, batch_size=3, window=72, batching=batching)
-        rows, reports[batching] = regenerate(target, DataConfig(source=str(source)), out, config)
-        assert rows == 6
-        written[batching] = [json.loads(line) for line in out.read_text().splitlines()]
-    assert written["continuous"] == written["static"]
-    assert reports["continuous"].beyond_window == reports["static"].beyond_window > 0
-    assert sum(len(row["answers"]) for row in written["continuous"]) > 6  # later turns too
-    assert target.model.config._attn_implementation == attention
-    with pytest.raises(DataError, match="batching must be one of continuous, static"):
-        RegenerateConfig(batching="dynamic")
