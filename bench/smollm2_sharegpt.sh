@@ -14,8 +14,9 @@
 # (`train.start_from`) and decays over its own last share: the same rows in the same order and
 # the same rates as a run of that budget on its own (tests/train/test_branching.py), for a
 # DECAY share of its steps instead of all of them.
-# Resumable: a rerun keeps finished shards, resumes each run from its newest checkpoint and
-# skips a run whose drafter exists. Measured on two cores, alone: AMD EPYC (AVX512-BF16, bf16)
+# Resumable: a rerun keeps finished shards, resumes each run from its newest checkpoint (the
+# largest run keeps one every 50 steps, ~8 min on two Zen 3 cores: what a stopped session
+# loses) and skips a run whose drafter exists. Measured on two cores, alone: AMD EPYC (AVX512-BF16, bf16)
 # the capture's target forwards ~780-1,000 tokens/s (~4-5 h), an EAGLE-3 step of 4 rows of 1,024
 # ~5.3 s (bench/results/cpu-2026-12-06-eagle3-step/), so one pass ~5.4 h; Intel Xeon (Ice Lake,
 # no native bf16: float32) the whole capture ~630 tokens/s (~5.9 h;
@@ -110,7 +111,7 @@ if [[ " $stages " == *" train "* ]]; then
         [ "$budget" = "$largest" ] || pins+=("$(decay_start_of "$(steps_of "$budget")")")
     done
     train_budget "$largest" "$main" \
-        "train.checkpoint_steps=[$(IFS=,; echo "${pins[*]}")]" train.checkpoint_every=100
+        "train.checkpoint_steps=[$(IFS=,; echo "${pins[*]}")]" train.checkpoint_every=50
     for budget in $budgets; do
         [ "$budget" = "$largest" ] && continue
         branch=$(decay_start_of "$(steps_of "$budget")")
